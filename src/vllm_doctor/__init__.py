@@ -1,0 +1,3 @@
+"""vllm-doctor: explain why vllm serve failed or queues requests."""
+
+__version__ = "0.1.0"

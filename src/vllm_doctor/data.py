@@ -1,0 +1,125 @@
+"""The plain data that flows through the pipeline: read -> match -> facts -> checks -> diagnoses -> render.
+
+Every stage takes and returns these, so each stage can be tested alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES = ("blocker", "warning", "info")
+CONFIDENCES = ("high", "medium", "low")
+
+
+@dataclass(slots=True)
+class Line:
+    """One line of input, cleaned for matching but numbered as in the original."""
+
+    no: int  # 1-based line number in the original input
+    text: str  # message text: colour codes and process/logger prefixes removed
+    raw: str  # the line as read (colour codes removed), for evidence
+    source: int = 0  # index of the input path this line came from
+    process: str | None = None  # e.g. "EngineCore_DP0", "Worker_TP1", "APIServer", "rank0"
+    level: str | None = None  # logger level when the line carries one
+    hit: bool = True  # False for context lines read only to join wrapped messages
+    anchors: tuple[int, ...] = ()  # indexes of the prefilter anchors found in this line
+
+
+@dataclass(slots=True)
+class Pattern:
+    regex: str
+    since: str | None = None  # first vLLM release with this wording (documentation)
+    until: str | None = None  # first release without it (exclusive)
+    source: str | None = None  # the vLLM source file the text comes from
+    level: str | None = None  # only lines logged at this level
+    unless: str | None = None  # the match is void when this regex matches the same text
+    example: str | None = None  # a real line the regex must match (checked by `rules check`)
+
+
+@dataclass(slots=True)
+class Fix:
+    action: str
+    why: str
+    flag: str | None = None
+    value: str | None = None
+    when: str | None = None
+
+
+@dataclass(slots=True)
+class Rule:
+    id: str
+    kind: str  # "diagnosis" or "fact"
+    title: str
+    explanation: str
+    path: str  # the file it was loaded from
+    category: str | None = None
+    severity: str = "info"
+    confidence: str = "high"
+    priority: int = 50  # among blockers, a higher priority is reported first
+    wrapper: bool = False  # a generic wrapper error that yields to a real cause
+    summary: list[str] = field(default_factory=list)  # first template whose names are known wins
+    anchors: list[str] = field(default_factory=list)  # literals that a candidate line must contain
+    patterns: list[Pattern] = field(default_factory=list)
+    facts: dict[str, str] = field(default_factory=dict)  # named group -> fact name
+    series: str | None = None  # fact rules: "stats" feeds the stats series
+    phase: str | None = None  # fact rules: marks a startup phase at the matched line
+    checks: list[str] = field(default_factory=list)
+    when: str | None = None
+    fixes: list[Fix] = field(default_factory=list)
+    references: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Evidence:
+    line: int
+    text: str
+    source: int = 0
+
+
+@dataclass(slots=True)
+class Match:
+    """All the places one rule matched, with the numbers of its first match."""
+
+    rule: Rule
+    evidence: list[Evidence] = field(default_factory=list)
+    groups: dict[str, Any] = field(default_factory=dict)
+    count: int = 0
+    first_line: int = 0
+
+
+@dataclass(slots=True)
+class FixOut:
+    rank: int
+    action: str
+    flag: str | None
+    value: str | None
+    why: str
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    rule: str
+    category: str
+    severity: str
+    confidence: str
+    title: str
+    summary: str
+    explanation: str
+    evidence: list[Evidence]
+    numbers: dict[str, Any]
+    fixes: list[FixOut]
+    context: list[Evidence] = field(default_factory=list)  # wrapper errors that point at this cause
+    priority: int = 50
+    first_line: int = 0
+    wrapper: bool = False
+
+
+@dataclass(slots=True)
+class Report:
+    paths: list[str]
+    lines: int
+    status: str  # failed | degraded | healthy | unknown
+    diagnoses: list[Diagnosis]
+    facts: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)  # about the input (truncated gzip, ...)

@@ -1,0 +1,325 @@
+"""What the log says about the server: version, arguments, memory, KV capacity, the stats series.
+
+Fact rules in rules/facts/ name the facts their groups fill; this module knows the names, their
+types, how to read vLLM's argument dumps, and keeps the stats series as running aggregates so
+memory stays flat over a week of stats lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+KV_NEAR_FULL_PCT = 80.0  # KV usage at or above this, with requests waiting, is a full cache
+
+# name -> type; dotted names nest in the JSON report ("kv_cache.tokens" -> facts.kv_cache.tokens)
+FACTS: dict[str, type] = {
+    "vllm_version": str,
+    "engine": str,  # "V0" or "V1"
+    "model": str,
+    "device": str,
+    "max_model_len": int,
+    "tensor_parallel_size": int,
+    "pipeline_parallel_size": int,
+    "data_parallel_size": int,
+    "gpu_memory_utilization": float,
+    "num_attention_heads": int,
+    "num_kv_heads": int,
+    "weights_gib": float,
+    "max_num_seqs": int,
+    "max_num_batched_tokens": int,
+    "dtype": str,
+    "kv_cache_dtype": str,
+    "quantization": str,
+    "enable_lora": bool,
+    "enable_prefix_caching": bool,
+    "enforce_eager": bool,
+    "scheduling_policy": str,
+    "trust_remote_code": bool,
+    "derived_max_model_len": int,
+    "max_len_key": str,
+    "kv_cache.gpu_blocks": int,
+    "kv_cache.cpu_blocks": int,
+    "kv_cache.block_size": int,
+    "kv_cache.tokens": int,
+    "kv_cache.max_concurrency": float,
+    "kv_cache.concurrency_tokens": int,
+    "kv_cache.available_gib": float,
+    "kv_cache.estimated_max_model_len": int,
+    "kv_cache.tokens_from": str,  # "log", or how it was computed from blocks
+    "memory.total_gib": float,
+    "memory.free_gib": float,
+    "memory.requested_gib": float,
+    "memory.weights_gib": float,
+    "memory.activation_gib": float,
+    "memory.non_torch_gib": float,
+    "memory.cudagraph_gib": float,
+    "memory.kv_gib": float,
+}
+
+# fields of one stats sample a stats rule may fill
+STATS_FIELDS = {
+    "running": int,
+    "waiting": int,
+    "swapped": int,
+    "deferred": int,
+    "preemptions": int,  # per interval (V1 "Preemptions: N")
+    "preemptions_total": int,  # cumulative (V0 warning "total_num_cumulative_preemption=N")
+    "preempted": str,  # a V0 preemption warning (its mode); at least one preemption
+    "kv_usage_pct": float,
+    "prefix_hit_pct": float,
+    "prompt_tps": float,
+    "gen_tps": float,
+}
+
+ARGS = "args"  # a fact rule group holding a whole argument dump, parsed by parse_args()
+
+# argument names in the dumps -> fact names
+_ARG_FACTS = {
+    "model": "model",
+    "model_tag": "model",
+    "max_model_len": "max_model_len",
+    "max_seq_len": "max_model_len",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "data_parallel_size": "data_parallel_size",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "block_size": "kv_cache.block_size",
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "dtype": "dtype",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "quantization": "quantization",
+    "enable_lora": "enable_lora",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "enforce_eager": "enforce_eager",
+    "scheduling_policy": "scheduling_policy",
+    "trust_remote_code": "trust_remote_code",
+    "device_config": "device",
+}
+# defaults vLLM applies when `non-default args` leaves an argument out
+_ARG_DEFAULTS = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1}
+
+_KV_PAIR = re.compile(r"""['"]?(\w+)['"]?\s*[:=]\s*('[^']*'|"[^"]*"|[^,(){}\[\]]+)""")
+
+
+def convert(kind: type, value: Any) -> Any:
+    """A captured string as the fact's type; None when it does not convert."""
+    if value is None:
+        return None
+    if isinstance(value, kind) and kind is not str and not (kind is int and isinstance(value, bool)):
+        return value
+    text = str(value).strip().strip("'\"")
+    if text in ("", "None", "none", "null"):
+        return None
+    try:
+        if kind is bool:
+            return text.lower() in ("true", "1", "yes")
+        if kind is int:
+            return int(float(text.replace(",", "")))
+        if kind is float:
+            return float(text.replace(",", ""))
+    except ValueError:
+        return None
+    if text.startswith("torch."):
+        text = text[len("torch.") :]
+    return text
+
+
+def number(text: str) -> int | float | str:
+    """A captured group as a number when it reads as one ('8,192' -> 8192)."""
+    t = text.replace(",", "").strip()
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        return float(t)
+    except ValueError:
+        return text.strip()
+
+
+def parse_args(blob: str) -> tuple[dict[str, Any], bool]:
+    """Known arguments from `non-default args: {...}`, `Namespace(...)` or an engine-config line.
+
+    The flag is True for a whole `non-default args` dict: an argument it leaves out is at its
+    default. A dump cut short (or any other form) proves nothing about absent arguments.
+    """
+    raw: dict[str, Any] = {}
+    complete = False
+    text = blob.strip()
+    if text.startswith("{"):
+        try:
+            parsed = ast.literal_eval(text)  # a dict repr; literal_eval never runs code
+            if isinstance(parsed, dict):
+                raw = {str(k): v for k, v in parsed.items()}
+                complete = True
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raw = {}
+    if not raw:
+        for m in _KV_PAIR.finditer(text):
+            raw.setdefault(m.group(1), m.group(2))
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = _ARG_FACTS.get(key)
+        if name is None:
+            continue
+        converted = convert(FACTS[name], value)
+        if converted is not None:
+            out.setdefault(name, converted)
+    return out, complete
+
+
+@dataclass
+class StatsSeries:
+    """Running aggregates of the periodic stats lines; bounded however long the log is."""
+
+    samples: int = 0
+    running_max: int | None = None
+    waiting_max: int | None = None
+    kv_usage_max_pct: float | None = None
+    swapped_max: int | None = None
+    deferred_max: int | None = None
+    preemptions: int | None = None
+    waiting_samples: int = 0  # samples with requests waiting
+    waiting_full: int = 0  # ... while the KV cache was near full
+    waiting_kv_max_pct: float | None = None  # highest KV usage seen while requests waited
+    waiting_running_min: int | None = None
+    waiting_running_max: int | None = None
+    waiting_idle: int = 0  # ... while nothing ran or nothing was generated (a stall)
+    full_run: int = 0  # current run of consecutive waiting+full samples
+    full_run_max: int = 0
+    evidence: list[tuple[int, int, str]] = field(default_factory=list)  # (line, source, text)
+    first_line: int | None = None
+
+    def add(self, sample: dict[str, Any], line: int, source: int, text: str) -> None:
+        if sample.get("preempted") is not None:  # a preemption warning, not a stats sample
+            self.preemptions = _max(self.preemptions, sample.get("preemptions_total") or 1)
+            if len(self.evidence) < 40:
+                self.evidence.append((line, source, text))
+            return
+        self.samples += 1
+        running = sample.get("running")
+        waiting = sample.get("waiting")
+        kv = sample.get("kv_usage_pct")
+        self.running_max = _max(self.running_max, running)
+        self.waiting_max = _max(self.waiting_max, waiting)
+        self.kv_usage_max_pct = _max(self.kv_usage_max_pct, kv)
+        self.swapped_max = _max(self.swapped_max, sample.get("swapped"))
+        self.deferred_max = _max(self.deferred_max, sample.get("deferred"))
+        if sample.get("preemptions") is not None:
+            self.preemptions = (self.preemptions or 0) + sample["preemptions"]
+        if waiting:
+            self.waiting_samples += 1
+            self.waiting_kv_max_pct = _max(self.waiting_kv_max_pct, kv)
+            self.waiting_running_min = _min(self.waiting_running_min, running)
+            self.waiting_running_max = _max(self.waiting_running_max, running)
+            if running == 0 or (sample.get("gen_tps") == 0.0 and sample.get("prompt_tps") in (0.0, None)):
+                self.waiting_idle += 1
+            full = kv is not None and kv >= KV_NEAR_FULL_PCT
+            self.waiting_full += full
+            self.full_run = self.full_run + 1 if full else 0
+            self.full_run_max = max(self.full_run_max, self.full_run)
+            if len(self.evidence) < 40:
+                self.evidence.append((line, source, text))
+        else:
+            self.full_run = 0
+            if sample.get("preemptions") and len(self.evidence) < 40:
+                self.evidence.append((line, source, text))
+        if self.first_line is None:
+            self.first_line = line
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "running_max": self.running_max,
+            "waiting_max": self.waiting_max,
+            "kv_usage_max_pct": self.kv_usage_max_pct,
+            "preemptions": self.preemptions,
+        }
+
+
+def _max(a, b):
+    if b is None:
+        return a
+    return b if a is None or b > a else a
+
+
+def _min(a, b):
+    if b is None:
+        return a
+    return b if a is None or b < a else a
+
+
+@dataclass
+class Facts:
+    values: dict[str, Any] = field(default_factory=dict)
+    where: dict[str, int] = field(default_factory=dict)  # fact -> line it was last read from
+    stats: StatsSeries = field(default_factory=StatsSeries)
+    phases: deque = field(default_factory=lambda: deque(maxlen=256))  # (line, source, phase, process)
+
+    def set(self, name: str, value: Any, line: int = 0) -> None:
+        value = convert(FACTS[name], value)
+        if value is not None:
+            self.values[name] = value
+            self.where[name] = line
+
+    def set_default(self, name: str, value: Any, line: int = 0) -> None:
+        if name not in self.values:
+            self.set(name, value, line)
+
+    def set_args(self, blob: str, line: int) -> None:
+        """Facts from an argument dump, and the defaults a complete dump implies."""
+        parsed, complete = parse_args(blob)
+        for name, value in parsed.items():
+            self.set(name, value, line)
+        if complete:
+            for name, value in _ARG_DEFAULTS.items():
+                if name not in parsed:
+                    self.set_default(name, value, line)
+
+    def get(self, name: str) -> Any:
+        return self.values.get(name)
+
+    def flat(self) -> dict[str, Any]:
+        """Facts and stats aggregates by dotted name, for conditions and templates."""
+        out = dict(self.values)
+        for key, value in vars(self.stats).items():
+            if not isinstance(value, list):
+                out[f"stats.{key}"] = value
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "vllm_version": None,
+            "model": None,
+            "max_model_len": None,
+            "tensor_parallel_size": None,
+            "gpu_memory_utilization": None,
+            "num_attention_heads": None,
+            "weights_gib": None,
+            "kv_cache": {
+                k: None
+                for k in (
+                    "gpu_blocks",
+                    "cpu_blocks",
+                    "block_size",
+                    "tokens",
+                    "max_concurrency",
+                    "concurrency_tokens",
+                    "available_gib",
+                    "estimated_max_model_len",
+                )
+            },
+        }
+        for name, value in sorted(self.values.items()):
+            node = out
+            *parents, leaf = name.split(".")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = value
+        out["stats"] = self.stats.summary()
+        return out
