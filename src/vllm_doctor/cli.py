@@ -53,7 +53,9 @@ def _load_rules(extra: list[Path]):
 
 @app.command()
 def explain(
-    paths: Annotated[list[str], typer.Argument(help="Log files (.gz works too); - reads stdin.", show_default=False)],
+    paths: Annotated[
+        list[str], typer.Argument(help="Log files (.gz works too); - reads stdin.", metavar="LOG", show_default=False)
+    ],
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report here.")] = None,
     rules_dirs: Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).")] = [],  # noqa: B006
@@ -154,4 +156,26 @@ def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of r
 
 
 def main() -> None:
-    app(prog_name="vllm-doctor")
+    """Run the CLI; usage errors and internal errors are one line on stderr, not a traceback."""
+    try:
+        code = app(prog_name="vllm-doctor", standalone_mode=False)
+    except typer.Abort:
+        code = 130
+    except Exception as e:  # click's UsageError family (vendored by typer) and our own bugs
+        code = _one_line_error(e)
+    sys.exit(code or 0)
+
+
+def _one_line_error(e: Exception) -> int:
+    import os
+
+    if type(e).__name__ == "NoArgsIsHelpError":
+        typer.echo(e.format_message())  # type: ignore[attr-defined]
+        return 0
+    if getattr(e, "exit_code", None) == 2 and hasattr(e, "format_message"):
+        typer.echo(f"vllm-doctor: {e.format_message()} (see --help)", err=True)
+        return 2
+    if os.environ.get("VLLM_DOCTOR_DEBUG"):
+        raise e
+    typer.echo(f"vllm-doctor: internal error: {type(e).__name__}: {e} (set VLLM_DOCTOR_DEBUG=1 for the traceback)", err=True)
+    return 3

@@ -1,0 +1,109 @@
+"""The command line: formats, exit codes, stdin, output files and clear errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from conftest import LAB
+from vllm_doctor.cli import app
+
+runner = CliRunner()
+
+
+def explain(*args, **kw):
+    return runner.invoke(app, ["explain", *map(str, args)], **kw)
+
+
+def test_exit_1_on_a_blocker_and_0_on_a_healthy_log():
+    assert explain(LAB / "cache-oom.log").exit_code == 1
+    assert explain(LAB / "healthy.log").exit_code == 0
+
+
+def test_fail_on_warning_gates_a_degraded_log():
+    log = LAB / "queue-saturation.log"
+    assert explain(log).exit_code == 0
+    assert explain(log, "--fail-on", "warning").exit_code == 1
+
+
+def test_text_output_shows_cause_evidence_numbers_and_fixes_first():
+    result = explain(LAB / "cache-oom.log", env={"NO_COLOR": "1"})
+    out = result.output
+    assert "\x1b[" not in out
+    first = out.splitlines()[0]
+    assert "cache-oom" in first and "blocker" in first
+    for part in ("Evidence", "Numbers", "Fixes, in order", "1. Lower --max-model-len to 8064"):
+        assert part in out
+    assert out.index("Evidence") < out.index("Fixes, in order")
+
+
+def test_json_and_markdown_formats(tmp_path):
+    data = json.loads(explain(LAB / "tp-divisibility.log", "--format", "json").output)
+    assert data["diagnoses"][0]["category"] == "tp-divisibility"
+    target = tmp_path / "incident.md"
+    result = explain(LAB / "tp-divisibility.log", "--format", "markdown", "-o", target)
+    assert result.exit_code == 1
+    md = target.read_text()
+    assert md.startswith("## vllm-doctor: failed: tp-divisibility")
+    assert "<details><summary>Evidence" in md and "--tensor-parallel-size" in md
+    assert str(target) in result.output  # a one-line summary on the terminal
+
+
+def test_stdin_and_gzip(tmp_path):
+    raw = (LAB / "context-exceeds-max.log").read_bytes()
+    result = explain("-", "--format", "json", input=raw)
+    assert json.loads(result.output)["diagnoses"][0]["category"] == "context-exceeds-max"
+    gz = tmp_path / "server.log.gz"
+    gz.write_bytes(gzip.compress(raw))
+    data = json.loads(explain(gz, "--format", "json").output)
+    assert data["diagnoses"][0]["category"] == "context-exceeds-max"
+    assert data["input"]["lines"] == raw.count(b"\n")
+
+
+def test_several_files_keep_their_own_line_numbers():
+    data = json.loads(explain(LAB / "healthy.log", LAB / "tp-divisibility.log", "-f", "json").output)
+    ev = data["diagnoses"][0]["evidence"][0]
+    assert ev["path"].endswith("tp-divisibility.log")
+    assert (LAB / "tp-divisibility.log").read_bytes().decode().split("\n")[ev["line"] - 1].strip().startswith(ev["text"][:40])
+
+
+def test_unreadable_input_is_one_clear_line_and_exit_2(tmp_path):
+    for bad, words in (
+        (tmp_path / "missing.log", "no such file"),
+        (tmp_path, "is a directory"),
+    ):
+        result = explain(bad)
+        assert result.exit_code == 2
+        assert words in result.output
+        assert "Traceback" not in result.output
+
+
+def test_target_concurrency_budget():
+    data = json.loads(explain(LAB / "healthy.log", "-f", "json", "--target-concurrency", "2048", "--target-len", "1024").output)
+    budget = data["facts"]["concurrency"]
+    assert budget["kv_tokens"] == 1048576
+    assert budget["worst_case_sequences"] == 1024
+    assert budget["can_hold_target"] is False
+    assert budget["missing_tokens"] == 2048 * 1024 - 1048576
+
+
+def test_runs_as_a_module():
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_doctor", "explain", str(LAB / "cache-oom.log"), "-f", "json"],
+        capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["status"] == "failed"
+
+
+def test_usage_error_is_one_line_with_status_2():
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_doctor", "explain", str(LAB / "healthy.log"), "--format", "yaml"],
+        capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--format" in proc.stderr
