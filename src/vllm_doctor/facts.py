@@ -99,11 +99,16 @@ _ARG_FACTS = {
     "scheduling_policy": "scheduling_policy",
     "trust_remote_code": "trust_remote_code",
     "device_config": "device",
+    "tp": "tensor_parallel_size",  # -tp / -pp / -dp short flags of `vllm serve`
+    "pp": "pipeline_parallel_size",
+    "dp": "data_parallel_size",
 }
 # defaults vLLM applies when `non-default args` leaves an argument out
 _ARG_DEFAULTS = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1}
 
 _KV_PAIR = re.compile(r"""['"]?(\w+)['"]?\s*[:=]\s*('[^']*'|"[^"]*"|[^,(){}\[\]]+)""")
+# a command line: --tensor-parallel-size 2, --max-model-len=4096, -tp 2, --enforce-eager
+_FLAG = re.compile(r"""(?:^|\s)--?([a-z][\w-]*)(?:[= ]+(?!-)("[^"]*"|'[^']*'|[^\s\\]+))?""")
 
 
 def convert(kind: type, value: Any) -> Any:
@@ -159,6 +164,9 @@ def parse_args(blob: str) -> tuple[dict[str, Any], bool]:
                 complete = True
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             raw = {}
+    if not raw and text.startswith("-"):
+        for m in _FLAG.finditer(text):
+            raw.setdefault(m.group(1).replace("-", "_"), m.group(2) if m.group(2) is not None else "true")
     if not raw:
         for m in _KV_PAIR.finditer(text):
             raw.setdefault(m.group(1), m.group(2))
