@@ -10,6 +10,23 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 LAB = FIXTURES / "lab"
 
+# a small valid rule file, for tests that load user rules or break one on purpose
+SAMPLE_RULE = '''
+id = "my-rule"
+category = "my-category"
+title = "A title"
+severity = "warning"
+summary = ["It happened: {n}."]
+explanation = "Why."
+anchors = ["it happened"]
+[[patterns]]
+regex = \'\'\'it happened (?P<n>\\d+)\'\'\'
+example = "it happened 3"
+[[fixes]]
+action = "Do the thing"
+why = "Because."
+'''
+
 
 @pytest.fixture(scope="session")
 def rules():

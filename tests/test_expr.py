@@ -39,3 +39,11 @@ def test_render():
     assert render("sizes {s}", {"s": [1, 2, 4]}) == "sizes 1, 2, 4"
     assert render("Lower to {n}", {}) is None
     assert render("{n.__class__}", {"n": 1}) is None  # no attribute access: unknown name
+
+
+def test_placeholders_cannot_ask_for_widths_or_attributes():
+    from vllm_doctor.expr import bad_placeholders
+
+    assert bad_placeholders("{n:>999999999}") == ["{n:>999999999}"]
+    assert bad_placeholders("{n!r}") == ["{n!r}"]
+    assert bad_placeholders("{n} {n:,} {x:.2f} -O '{\"level\": 0}'") == []

@@ -7,6 +7,7 @@ Adding a case is adding two files: `<name>.log` (or .log.gz, .json, .txt) and `<
     severity = "blocker"            # optional
     status = "failed"               # optional
     not_rules = ["engine-dead"]     # optional: rules that must not be reported
+    also_rules = ["kv-capacity"]    # optional: rules that must be reported too (e.g. info ones)
     [facts]                         # optional: report facts by dotted path
     "kv_cache.tokens" = 8192
     [numbers]                       # optional: numbers of the top diagnosis
@@ -72,6 +73,8 @@ def test_fixture(log: Path, expect: Path, run):
     fired = {d["rule"] for d in report["diagnoses"]}
     for rule in want.get("not_rules", []):
         assert rule not in fired, f"{rule} must not fire"
+    for rule in want.get("also_rules", []):
+        assert rule in fired, f"{rule} must fire"
     for path, value in want.get("facts", {}).items():
         assert dig(report["facts"], path) == value, f"fact {path}"
     for name, value in want.get("numbers", {}).items():

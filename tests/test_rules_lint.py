@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import SAMPLE_RULE
 from vllm_doctor.cli import app
 from vllm_doctor.rules import RuleError, builtin_dir, load
 from vllm_doctor.ruledoc import check_dir, document
@@ -50,21 +51,7 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     return d
 
 
-GOOD = '''
-id = "my-rule"
-category = "my-category"
-title = "A title"
-severity = "warning"
-summary = ["It happened: {n}."]
-explanation = "Why."
-anchors = ["it happened"]
-[[patterns]]
-regex = 'it happened (?P<n>\\d+)'
-example = "it happened 3"
-[[fixes]]
-action = "Do it"
-why = "Because"
-'''
+GOOD = SAMPLE_RULE
 
 
 @pytest.mark.parametrize(
@@ -75,7 +62,7 @@ why = "Because"
         (("(?P<n>", "((?P<n>"), "patterns[0].regex"),
         (("anchors = [\"it happened\"]", "anchors = [\"it\"]"), "anchors"),
         (("title = \"A title\"", "titel = \"A title\""), "titel"),
-        (("[[fixes]]\naction = \"Do it\"\nwhy = \"Because\"", ""), "fixes"),
+        (("[[fixes]]\naction = \"Do the thing\"\nwhy = \"Because.\"", ""), "fixes"),
     ],
 )
 def test_a_bad_rule_names_the_file_and_the_key(tmp_path, mutation, key):
@@ -118,3 +105,17 @@ def test_user_rules_dir_adds_a_rule(tmp_path, run):
     report = explain([str(log)], load([d]))
     assert report.diagnoses[0].rule == "my-rule"
     assert report.diagnoses[0].summary == "It happened: 42."
+
+
+def test_every_category_is_in_the_readme_and_every_readme_category_exists(rules):
+    import re
+
+    readme = (RULES.parent / "README.md").read_text() if (RULES.parent / "README.md").exists() else ""
+    if not readme:  # an installed wheel carries no README: the source checkout test covers it
+        pytest.skip("README.md is not beside rules/")
+    section = readme[readme.index("## Categories") : readme.index("## JSON report")]
+    listed = set(re.findall(r"^\| `([a-z0-9-]+)` \|", section, re.M))
+    listed |= set(re.findall(r"`(queue-[a-z-]+|priority-preemption)`", section))
+    used = {r.category for r in rules if r.kind == "diagnosis"}
+    assert used - listed == set(), "categories missing from the README"
+    assert listed - used == set(), "README categories with no rule"

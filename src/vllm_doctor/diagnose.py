@@ -35,7 +35,10 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
     evidence = list(match.evidence) if match else []
     confidence = rule.confidence
     for name in rule.checks:
-        result = CHECKS[name](CheckInput(values, facts, match, options))
+        try:
+            result = CHECKS[name](CheckInput(values, facts, match, options))
+        except (ArithmeticError, ValueError, TypeError):  # numbers a damaged log made absurd
+            result = {}
         evidence = evidence or result.pop("_evidence", [])
         result.pop("_evidence", None)
         if "confidence" in result:

@@ -8,6 +8,7 @@ neighbours, which undoes terminal hard-wraps and messages split over two or thre
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from time import perf_counter
 from typing import Any
 
 from .data import Evidence, Line, Match, Rule
@@ -18,6 +19,8 @@ from .rules import compile_regex
 MAX_EVIDENCE = 6  # evidence lines kept per rule
 EVIDENCE_CHARS = 400
 REGEX_TIMEOUT = 1.0  # seconds one pattern may spend on one text (ReDoS guard)
+RULE_BUDGET = 5.0  # seconds one rule may spend matching over a whole input; then it is dropped
+JOIN_AFTER = 5  # following lines a wrapped or split message may continue on
 
 
 class Engine:
@@ -35,6 +38,8 @@ class Engine:
         self._by_anchor = by_anchor
         self._compiled: dict[int, list] = {}
         self.timeouts = 0
+        self._spent: dict[int, float] = {}  # matching time per rule (a hostile log can make a
+        self.dropped: list[str] = []  # slow pattern slow on every line: past RULE_BUDGET it stops)
 
     def _patterns(self, index: int) -> list:
         compiled = self._compiled.get(index)
@@ -65,37 +70,46 @@ class Engine:
         return matches
 
     def _match_rule(self, index, prev, line, nexts, floor, facts, matches) -> int:
-        """Try one rule around one line; returns the last line number used, 0 when no match."""
+        """Try one rule around one line; returns the last line number used, 0 when no match.
+
+        Patterns go in the rule's order, each over every window, so a rule's full pattern on
+        the joined lines of a wrapped message wins over its short fallback on one line (which
+        would lose the message's numbers)."""
         rule = self.rules[index]
-        for window in _windows(prev, line, nexts, floor):
-            for joiner in ("", " ") if len(window) > 1 else ("",):
-                text = joiner.join(w.text for w in window)
-                found = list(self._search(index, text, window[0].level))
+        texts = _Cached(_texts(_windows(prev, line, nexts, floor)))
+        for pattern in self._patterns(index):
+            for window, text in texts:
+                found = self._search(index, pattern, text, window[0].level)
                 if found:
                     self._record(rule, found, window, facts, matches)
                     return window[-1].no
         return 0
 
-    def _search(self, index: int, text: str, level: str | None) -> Iterator[dict[str, Any]]:
+    def _search(self, index: int, pattern, text: str, level: str | None) -> list[dict[str, Any]]:
+        rx, unless, want_level = pattern
+        spent = self._spent.get(index, 0.0)
+        if spent > RULE_BUDGET or (want_level and level != want_level):
+            return []
         rule = self.rules[index]
-        for rx, unless, want_level in self._patterns(index):
-            if want_level and level != want_level:
-                continue
-            try:
-                if rule.kind == "fact":
-                    ms = list(rx.finditer(text, timeout=REGEX_TIMEOUT))
-                else:
-                    m = rx.search(text, timeout=REGEX_TIMEOUT)
-                    ms = [m] if m else []
-                if ms and unless is not None and unless.search(text, timeout=REGEX_TIMEOUT):
-                    ms = []
-            except TimeoutError:
+        start = perf_counter()
+        try:
+            if rule.kind == "fact":
+                ms = list(rx.finditer(text, timeout=REGEX_TIMEOUT))
+            else:
+                m = rx.search(text, timeout=REGEX_TIMEOUT)
+                ms = [m] if m else []
+            if ms and unless is not None and unless.search(text, timeout=REGEX_TIMEOUT):
+                ms = []
+        except TimeoutError:
+            self.timeouts += 1
+            return []
+        finally:
+            spent += perf_counter() - start
+            self._spent[index] = spent
+            if spent > RULE_BUDGET and rule.id not in self.dropped:
+                self.dropped.append(rule.id)
                 self.timeouts += 1
-                continue
-            if ms:
-                for m in ms:
-                    yield {k: v for k, v in m.groupdict().items() if v is not None}
-                return
+        return [{k: v for k, v in m.groupdict().items() if v is not None} for m in ms]
 
     def _record(self, rule: Rule, found: list[dict[str, str]], window: list[Line], facts: Facts, matches) -> None:
         line = window[0]
@@ -106,7 +120,8 @@ class Engine:
         match = matches.get(rule.id)
         if match is None:
             match = matches[rule.id] = Match(rule=rule, first_line=line.no)
-            match.groups = {k: number(v) for k, v in found[0].items()}
+        for k, v in found[0].items():  # the first match's numbers; later ones fill what it lacked
+            match.groups.setdefault(k, number(v))
         match.count += 1
         for w in window:
             if len(match.evidence) < MAX_EVIDENCE and not any(
@@ -131,34 +146,88 @@ def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) ->
 
 
 def _windows(prev: Line | None, line: Line, nexts: list[Line], floor: int) -> Iterator[list[Line]]:
-    """The line alone, then joined with its neighbours (never reusing lines already matched)."""
+    """The line alone, then joined with its neighbours: the lines a wrapped or split message
+    spans. Never reuses lines already matched, nor mixes two processes' interleaved lines."""
     yield [line]
-    after = []
+    after: list[Line] = []
     for n in nexts:
-        if n.source == line.source and n.no == line.no + len(after) + 1:
-            after.append(n)
-    before = prev if prev and prev.source == line.source and prev.no == line.no - 1 and prev.no > floor else None
+        if n.source != line.source or n.no != line.no + len(after) + 1 or not _same_process(line, n):
+            break
+        after.append(n)
+    before = prev
+    if before and (before.source != line.source or before.no != line.no - 1 or before.no <= floor
+                   or not _same_process(before, line)):  # fmt: skip
+        before = None
+    tail = before is not None and _is_tail(line, before)
+    if tail:
+        yield [before, line]  # this line is the rest of the one before: join backwards first
     if after:
         yield [line, after[0]]
     if before:
-        yield [before, line]
-    if before and after:
-        yield [before, line, after[0]]
-    if len(after) > 1:
-        yield [line, *after[:2]]
+        if not tail:
+            yield [before, line]
+        if after:
+            yield [before, line, after[0]]
+    for k in range(2, len(after) + 1):
+        if k > 2 and not _bare(after[k - 1]):
+            break  # past three lines, only lines that lost their prefix still belong to the message
+        yield [line, *after[:k]]
+        if before:
+            yield [before, line, *after[:k]]
 
 
-def _neighbourhoods(lines: Iterable[Line]) -> Iterator[tuple[Line | None, Line, list[Line]]]:
-    """(previous line, line, next two lines) for every line, streaming."""
+def _texts(windows: Iterator[list[Line]]) -> Iterator[tuple[list[Line], str]]:
+    """Each window's lines joined as a terminal hard-wrap split them (glued as is), then as a
+    message split at spaces (pieces stripped, one space between)."""
+    for window in windows:
+        texts = [w.text for w in window]
+        yield window, "".join(texts)
+        if len(window) > 1:
+            yield window, " ".join(t.strip() for t in texts)
+
+
+class _Cached:
+    """An iterator that can be walked again: what was already produced is replayed, the rest is
+    produced on demand (most lines match on the first try, and never join their neighbours)."""
+
+    def __init__(self, it: Iterator):
+        self._it, self._seen = it, []
+
+    def __iter__(self):
+        yield from self._seen
+        for item in self._it:
+            self._seen.append(item)
+            yield item
+
+
+def _same_process(a: Line, b: Line) -> bool:
+    return a.process is None or b.process is None or a.process == b.process
+
+
+def _bare(line: Line) -> bool:
+    return line.level is None and line.process is None
+
+
+def _is_tail(line: Line, before: Line) -> bool:
+    """A line without a prefix after one with a prefix, starting mid-sentence: a wrapped remainder."""
+    if not _bare(line) or _bare(before):
+        return False
+    head = line.text[:1]
+    return bool(head) and (head.islower() or head in " ,.;:)]'\"")
+
+
+def _neighbourhoods(lines: Iterable[Line], after: int = JOIN_AFTER) -> Iterator[tuple[Line | None, Line, list[Line]]]:
+    """(previous line, line, next lines) for every line, streaming."""
+    size = after + 2
     buf: list[Line] = []
     for line in lines:
         buf.append(line)
-        if len(buf) > 4:
+        if len(buf) > size:
             del buf[0]
-        if len(buf) >= 3:
-            centre = len(buf) - 3
+        if len(buf) >= after + 1:
+            centre = len(buf) - after - 1
             yield (buf[centre - 1] if centre > 0 else None), buf[centre], buf[centre + 1 :]
-    # the last two lines (or all of a short input) have not been a centre yet
-    start = max(0, len(buf) - 2)
+    # the last lines (or all of a short input) have not been a centre yet
+    start = max(0, len(buf) - after)
     for centre in range(start, len(buf)):
         yield (buf[centre - 1] if centre > 0 else None), buf[centre], buf[centre + 1 :]

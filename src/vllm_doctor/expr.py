@@ -16,7 +16,9 @@ _TOKEN = re.compile(
     r"\s*(?:(?P<num>-?\d+(?:\.\d+)?)|(?P<str>'[^']*'|\"[^\"]*\")|(?P<op>==|!=|<=|>=|<|>)"
     r"|(?P<word>[A-Za-z_][\w.]*))"
 )
-_TEMPLATE = re.compile(r"\{([A-Za-z_][\w.]*)(?::([^{}]*))?\}")
+# {name}, {name:,} or {name:.2f}: no widths, so a rule file cannot ask for a gigabyte of padding
+_TEMPLATE = re.compile(r"\{([A-Za-z_][\w.]*)(?::([,_]?(?:\.\d)?[fd%]?))?\}")
+_BRACES = re.compile(r"\{[A-Za-z_][^{}]*\}")  # a literal {"json": 1} is not a placeholder
 
 
 class ExprError(ValueError):
@@ -129,6 +131,11 @@ def _term(term, values) -> bool:
         return False
 
 
+def bad_placeholders(text: str) -> list[str]:
+    """Placeholders a template may not use (attribute access, widths, ...)."""
+    return [m.group() for m in _BRACES.finditer(text) if not _TEMPLATE.fullmatch(m.group())]
+
+
 def template_names(text: str) -> set[str]:
     return {m.group(1) for m in _TEMPLATE.finditer(text)}
 
@@ -142,6 +149,8 @@ def fmt(value: Any, spec: str = "") -> str:
     if isinstance(value, (int, float)) and spec:
         return format(value, spec)
     if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):  # a hostile log's 1e999 or nan
+            return str(value)
         return f"{value:.4f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
     return str(value)
 

@@ -127,7 +127,7 @@ def convert(kind: type, value: Any) -> Any:
             return int(float(text.replace(",", "")))
         if kind is float:
             return float(text.replace(",", ""))
-    except ValueError:
+    except (ValueError, OverflowError):  # a hostile line's 5000-digit "number" is no number
         return None
     if text.startswith("torch."):
         text = text[len("torch.") :]
@@ -142,9 +142,10 @@ def number(text: str) -> int | float | str:
     except ValueError:
         pass
     try:
-        return float(t)
+        value = float(t)
     except ValueError:
         return text.strip()
+    return value if value - value == 0 else text.strip()  # 1e999, nan and 5000-digit runs stay text
 
 
 def parse_args(blob: str) -> tuple[dict[str, Any], bool]:
@@ -200,6 +201,7 @@ class StatsSeries:
     waiting_idle: int = 0  # ... while nothing ran or nothing was generated (a stall)
     full_run: int = 0  # current run of consecutive waiting+full samples
     full_run_max: int = 0
+    idle_run: int = 0  # current run of consecutive waiting+idle samples (a stall, if it lasts)
     evidence: list[tuple[int, int, str]] = field(default_factory=list)  # (line, source, text)
     first_line: int | None = None
 
@@ -225,8 +227,9 @@ class StatsSeries:
             self.waiting_kv_max_pct = _max(self.waiting_kv_max_pct, kv)
             self.waiting_running_min = _min(self.waiting_running_min, running)
             self.waiting_running_max = _max(self.waiting_running_max, running)
-            if running == 0 or (sample.get("gen_tps") == 0.0 and sample.get("prompt_tps") in (0.0, None)):
-                self.waiting_idle += 1
+            idle = running == 0 or (sample.get("gen_tps") == 0.0 and sample.get("prompt_tps") in (0.0, None))
+            self.waiting_idle += idle
+            self.idle_run = self.idle_run + 1 if idle else 0
             full = kv is not None and kv >= KV_NEAR_FULL_PCT
             self.waiting_full += full
             self.full_run = self.full_run + 1 if full else 0
@@ -234,7 +237,7 @@ class StatsSeries:
             if len(self.evidence) < 40:
                 self.evidence.append((line, source, text))
         else:
-            self.full_run = 0
+            self.full_run = self.idle_run = 0
             if sample.get("preemptions") and len(self.evidence) < 40:
                 self.evidence.append((line, source, text))
         if self.first_line is None:

@@ -1,71 +1,128 @@
 """Undo what terminals, launchers and log collectors do to a vLLM log line.
 
-Colour codes come in three forms (real ESC sequences, caret text copied from a pager, syslog's
-#033 escapes); prefixes stack up (collector timestamp, compose service, Ray or vLLM process,
-torch rank, logger level/date/file). What is left is the message vLLM wrote.
+Colour codes come in four forms (real ESC sequences, caret text copied from a pager, syslog's
+#033 escapes, and the bare `[0;36m` left when a paste drops the ESC byte); prefixes stack up
+(collector timestamp, compose service, Ray or vLLM process, torch rank, logger level/date/file).
+What is left is the message vLLM wrote.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import re
 
 _COLOUR = re.compile(
     r"\x1b\[[0-9;?]*[ -/]*[@-~]"  # real ESC CSI sequences
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC (terminal titles, links)
+    r"|\x1b[()][A-Za-z0-9]"  # charset selection (tput sgr0 emits ESC(B)
     r"|\^\[\[[0-9;]*[A-Za-z]"  # caret text from a pager: ^[[0;36m
+    r"|\^\[\([A-Za-z0-9]"  # caret text of a charset selection: ^[(B
     r"|#033\[[0-9;]*[A-Za-z]"  # syslog / CloudWatch: #033[1;36m
     r"|#015|\r"
 )
+# a paste that lost the ESC byte keeps the rest: "[1;36m(APIServer pid=1)[0;0m INFO ..."
+_BARE_SGR = re.compile(r"\[\d{1,3}(?:;\d{1,3})*m")
+
+_LEVELS = r"DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
+_DATE = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 
 # Each prefix is tried at the start of what is left; they stack in any order.
 _COLLECTOR = re.compile(
     r"(?:"
-    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+(?:stdout|stderr)?\s*[FP]?\s+"  # docker/k8s RFC3339
-    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\]\s*(?:\|\s)?"  # CI: [2026-01-01T00:00:00Z]  |
+    rf"{_DATE}(?:\s+(?:stdout|stderr)\s+[FP])?(?:\s*\|)?\s+"  # docker --timestamps, k8s CRI, GitHub Actions
+    rf"|\[{_DATE}\]\s*(?:\|\s)?"  # CI: [2026-01-01T00:00:00Z]  |
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.\-/]+(?:\[\d+\])?:\s"  # syslog: Nov 30 01:53:24 host vllm[12]:
+    r"|\[pod/[^\]\s]+\]\s"  # kubectl logs --prefix: [pod/vllm-0/vllm]
     r"|[\w.\-]+(?:[-_]\d+)?\s+\|\s"  # docker compose: vllm-1  |
     r"|\s*\|\s"  # a bare CI gutter
     r")"
 )
-_PROCESS = re.compile(
-    r"\(?(?P<name>[A-Za-z_][\w\-]*(?: [\w\-]+)?)(?: rank=\d+)? pid=(?P<pid>\d+)(?:, ip=[\d.]+)?\)\s*"
+_PROCESS = re.compile(  # (APIServer pid=1), (VllmWorker rank=1 pid=2), (RayWorkerWrapper pid=3, ip=10.0.0.2), (pid=4)
+    r"\(?(?:(?P<name>[A-Za-z_][\w\-]*(?: (?!pid=)[\w\-]+)?)(?: rank=\d+)? )?pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s*"
 )
-_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:\s*")
+_RANK = re.compile(  # torch's [rank0]:, torchrun --tee's [default0]:, mpirun's [1,0]<stderr>:
+    r"\[(?:rank(?P<rank>\d+)|default\d+)\]:\s*|\[\d+,\d+\]<std(?:out|err)>:\s*"
+)
 _LOGGER = re.compile(
-    r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
+    rf"(?P<level>{_LEVELS})\s+"
     r"(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s+)?"  # vLLM: 11-30 01:53:24
     r"(?:\[[^\]\s]+:\d+\]|[\w.\-/]+:\d+\])\s?"  # [core.py:1510] (0.8+) or core.py:1510] (older)
 )
-_APP_LOGGER = re.compile(  # 2024-05-01 10:00:00 - vllm.engine.metrics - INFO - msg
-    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? - [\w.]+ - (?P<level>[A-Z]+) - "
+_APP_LOGGER = re.compile(
+    r"(?:"
+    rf"{_DATE} - [\w.]+ - (?P<level>[A-Z]+) - "  # 2024-05-01 10:00:00 - vllm.engine.metrics - INFO - msg
+    rf"|{_DATE} - (?P<level2>{_LEVELS}) - "  # 2024-05-01 10:00:00 - INFO - msg
+    rf"|{_DATE} \| (?P<level3>{_LEVELS})\s*\| [\w.<>]+:[\w.<>]+:\d+ - "  # loguru
+    rf"|{_DATE}\s+(?P<level4>{_LEVELS})\s+[\w.]+:\s"  # 2024-05-01 10:00:00,123 INFO vllm.core.scheduler: msg
+    r")"
 )
-_UVICORN = re.compile(r"(?P<level>INFO|ERROR|WARNING|DEBUG|CRITICAL):\s+")
-_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_UVICORN = re.compile(rf"(?P<level>{_LEVELS}):\s+|\[(?P<level2>{_LEVELS})\]\s*")
+_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]")
 _INSERTED = re.compile(r"\[address=[^\]]*\]\s*")  # servers that insert [address=…, pid=…]
-_TQDM_HEAD = re.compile(r".*?(?:\d+/\d+ \[[^\]]*\]|it/s\]|s/it\])")
+_SOURCE_LAST = re.compile(r"\s+\((?:[\w./\-]+/)?\w+\.py:\d+\)\s*$")  # wrappers: "msg (scheduler.py:1558)"
+_TQDM_HEAD = re.compile(r"(?<!\d)\d+/\d+ \[[^\]]{0,80}\]|it/s\]|s/it\]")  # searched: linear in the line
+_JSON_KEYS = ("log", "message", "msg", "MESSAGE")
 
 
 def strip_colour(text: str) -> str:
-    if "\x1b" in text or "^[[" in text or "#0" in text or "\r" in text:
-        return _COLOUR.sub("", text)
+    if "\x1b" in text or "^[" in text or "#0" in text or "\r" in text:
+        text = _COLOUR.sub("", text)
+    if "m" in text and "[" in text:
+        text = _BARE_SGR.sub("", text)
     return text
+
+
+def _unwrap_json(text: str) -> str:
+    """A collector's JSON record ({"log": "...", "stream": ...}) holds the line as a string."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(record, dict):
+        for key in _JSON_KEYS:
+            value = record.get(key)
+            if isinstance(value, str):
+                return strip_colour(value.rstrip("\n"))
+            if isinstance(value, dict) and isinstance(value.get("message"), str):  # {"error": {"message": ...}}
+                return value["message"]
+        error = record.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+    return text
+
+
+def _prefix(text: str, pos: int, level_known: bool):
+    m = (
+        _PROCESS.match(text, pos)
+        or _RANK.match(text, pos)
+        or _LOGGER.match(text, pos)
+        or _APP_LOGGER.match(text, pos)
+        or _COLLECTOR.match(text, pos)
+    )
+    if m is None and not level_known:
+        m = _UVICORN.match(text, pos)
+    return m
 
 
 def parse(raw: str) -> tuple[str, str | None, str | None]:
     """Return (message, process, level) for one colour-stripped line."""
     text = raw
+    if text[:1] == "{" and text.rstrip()[-1:] == "}":
+        text = _unwrap_json(text.strip())
     if "&" in text and ";" in text:
         text = html.unescape(text)
     if "[repeated" in text:
         text = _RAY_REPEAT.sub("", text)
     if "[address=" in text:
         text = _INSERTED.sub("", text)
+    if ".py:" in text and text.rstrip().endswith(")"):
+        text = _SOURCE_LAST.sub("", text)
     process = level = None
     # tqdm bars are glued to the next record with no newline between them
     if "%|" in text or "it/s]" in text or "s/it]" in text:
-        head = _TQDM_HEAD.match(text)
-        if head and _PROCESS.match(text, head.end()):
+        head = _TQDM_HEAD.search(text)
+        if head and _prefix(text, head.end(), False):
             text = text[head.end():]
     pos = 0
     for _ in range(8):  # prefixes stack; each pass strips one
@@ -73,25 +130,18 @@ def parse(raw: str) -> tuple[str, str | None, str | None]:
         if not stripped:
             break
         lead = len(stripped) - len(stripped.lstrip(" \t"))
-        if lead and not stripped[lead:lead + 1].isalpha() and stripped[lead:lead + 1] not in "([":
-            break  # an indented traceback line: keep its indentation
-        m = (
-            _PROCESS.match(text, pos)
-            or _RANK.match(text, pos)
-            or _LOGGER.match(text, pos)
-            or _APP_LOGGER.match(text, pos)
-            or _COLLECTOR.match(text, pos)
-        )
-        if m is None and level is None:
-            m = _UVICORN.match(text, pos)
-        if m is None or m.end() == pos:
-            break
+        m = _prefix(text, pos + lead, level is not None)
+        if lead and m is not None and m.re is _COLLECTOR and text[pos + lead] != "|":
+            m = None  # only a gutter may follow indentation; "  name | x" is message text
+        if m is None or m.end() == pos + lead:
+            break  # no prefix here: an indented traceback line keeps its indentation
         groups = m.groupdict()
         if groups.get("name"):
             process = groups["name"].replace(" ", "_")
         elif groups.get("rank") is not None and process is None:
             process = f"rank{groups['rank']}"
-        if groups.get("level"):
-            level = "WARNING" if groups["level"] == "WARN" else groups["level"]
+        found = next((groups[k] for k in ("level", "level2", "level3", "level4") if groups.get(k)), None)
+        if found:
+            level = {"WARN": "WARNING", "FATAL": "CRITICAL"}.get(found, found)
         pos = m.end()
     return text[pos:], process, level
