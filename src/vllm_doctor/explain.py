@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from . import logread, rules as rules_mod
@@ -26,14 +27,18 @@ def explain(paths: list[str], rules: list[Rule] | None = None, options: Options 
     facts = Facts()
     matches = engine.run(logread.read(paths, engine.prefilter, stats), facts)
     _derive(facts)
+    options, model_note = with_model_and_gpu(facts, options)
     diagnoses = diagnose(rules, matches, facts, options)
     report_facts = facts.to_json()
     budget = concurrency_budget(CheckInput(facts.flat(), facts, None, options))
     if budget:
         report_facts["concurrency"] = budget
+    report_facts.update(model_facts(facts, options, model_note))
     warnings = list(stats.warnings)
-    if engine.timeouts:
-        warnings.append(f"{engine.timeouts} pattern match(es) gave up after the regex time limit")
+    if engine.dropped:
+        warnings.append(f"rules dropped for matching too slowly on this input: {', '.join(engine.dropped)}")
+    if engine.timeouts > len(engine.dropped):
+        warnings.append(f"{engine.timeouts - len(engine.dropped)} pattern match(es) gave up after the regex time limit")
     return Report(
         paths=list(paths),
         lines=stats.lines,
@@ -42,6 +47,60 @@ def explain(paths: list[str], rules: list[Rule] | None = None, options: Options 
         facts=report_facts,
         warnings=warnings,
     )
+
+
+def with_model_and_gpu(facts: Facts, options: Options) -> tuple[Options, str | None]:
+    """Options with the model's shape (from --config, --model, or the model the log names) and this
+    machine's GPU snapshot filled in, and the one-line reason when there is no shape.
+    Raises modelcfg.ConfigError only for an explicit --config that cannot be read."""
+    from . import modelcfg
+
+    shape, note = None, None
+    ref = options.model or (facts.get("model") if options.lookup_model or options.config else None)
+    from_log = not options.model and not options.config
+    if from_log and ref and "/" not in ref and not _exists(ref):
+        # a bare word from the log is likelier a misread line than a repo id: no Hub request for it
+        note = f"{ref!r} (the log's model name) is not a repo id (org/name) or a local path; pass --model or --config"
+    elif options.config or options.model or options.lookup_model:
+        shape, note = modelcfg.load(ref, options.config, options.offline, facts.get("vllm_version"))
+        if shape is not None and facts.get("model"):
+            shape.name = facts.get("model")  # the model the log served; shape.source says where its config came from
+    else:
+        note = "not looked up (pass --model ID|PATH or --config FILE)"
+    if options.gpu_snapshot is not None:
+        gpu = options.gpu_snapshot  # taken by the caller (serve, tests with a fake NVML adapter)
+    elif options.gpu:
+        from .gpu import snapshot
+
+        gpu = snapshot()
+    else:
+        from .gpu import skipped
+
+        gpu = skipped("not requested (--no-gpu)")
+    return replace(options, shape=shape, gpu_snapshot=gpu), note
+
+
+def model_facts(facts: Facts, options: Options, model_note: str | None) -> dict:
+    """facts.model_shape, facts.capacity and facts.gpu of the report.
+
+    facts.model stays the model's name, as report/1 has it; its shape goes beside it."""
+    from . import capacity as cap
+    from .checks import model_kv
+    from .crosscheck import cross_check
+    from .modelcfg import MODEL_KEYS
+
+    inp = CheckInput(facts.flat(), facts, None, options)
+    shape = options.shape
+    if shape is not None:
+        known = model_kv(inp)
+        model = shape.to_json(cap.kv_bytes_per_token(shape, known[1], 1) if known else None)
+        model["note"] = model_note
+    else:
+        model = {k: None for k in MODEL_KEYS}
+        model["name"] = options.model or facts.get("model")
+        model["note"] = model_note
+    gpu = options.gpu_snapshot.to_json() if options.gpu_snapshot else {"available": False, "reason": None, "devices": []}
+    return {"model_shape": model, "capacity": cross_check(inp, model_note).to_json(), "gpu": gpu}
 
 
 def _derive(facts: Facts) -> None:
@@ -66,3 +125,11 @@ def _status(diagnoses, facts: Facts, matches) -> str:
     if facts.values or facts.stats.samples or matches:
         return "healthy"
     return "unknown"
+
+
+def _exists(path: str) -> bool:
+    """Whether a name from the log is a path here; a damaged log's name may be no path at all."""
+    try:
+        return Path(path).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):  # too long, ~nosuchuser, a NUL
+        return False

@@ -45,8 +45,14 @@ def to_dict(report: Report) -> dict[str, Any]:
     }
 
 
-def to_json(report: Report) -> str:
-    return json.dumps(to_dict(report), indent=2, ensure_ascii=False, default=str) + "\n"
+def to_json(report: Report, redact: bool = True) -> str:
+    """The JSON contract; secrets (tokens, API keys, passwords) masked unless redact=False."""
+    data = to_dict(report)
+    if redact:
+        from .redact import Redactor
+
+        data = Redactor().obj(data)
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
 
 
 def headline(report: Report) -> str:
@@ -68,6 +74,50 @@ def describe_input(report: Report) -> str:
     return " · ".join(parts)
 
 
+def model_line(report: Report) -> str | None:
+    """The model's shape from its config.json, or why there is none."""
+    m = report.facts.get("model_shape")
+    if not isinstance(m, dict):
+        return None
+    if m.get("layers") is None:
+        return f"Model config: {m['note']}" if m.get("note") else None
+    heads = f" of {m['attention_heads']}" if m.get("attention_heads") else ""
+    text = f"Model {m.get('name') or '?'} ({m.get('source')}): {m['layers']} layers, {m['kv_heads']} KV heads{heads}, head dim {m['head_dim']}"
+    if m.get("kv_bytes_per_token"):
+        text += f", {m['kv_bytes_per_token']:,} B/token"
+    if m.get("params"):
+        from .capacity import fmt_params
+
+        text += f", {fmt_params(m['params'])} params ({m.get('params_source')})"
+    return text
+
+
+def work_rows(report: Report) -> list[tuple[str, str, str]]:
+    """The capacity arithmetic behind the prediction, as (step, work, value) rows."""
+    cap = report.facts.get("capacity") or {}
+    return [(w["name"], w["work"], w["value"]) for w in cap.get("work") or []]
+
+
+def gpu_lines(gpu: dict | None) -> list[str]:
+    """This machine's GPUs from NVML (facts.gpu), or the one line saying why they were skipped."""
+    if not isinstance(gpu, dict):
+        return []
+    if not gpu.get("available"):
+        return [f"GPU checks skipped: {gpu.get('reason')}"]
+    out = []
+    for d in gpu.get("devices") or []:
+        procs = ", ".join(
+            f"{p['pid']} {p['name']} {'?' if p['used_mib'] is None else format(p['used_mib'], ',')} MiB" for p in d["processes"]
+        )
+        out.append(
+            f"GPU {d['index']} {d['name']} (this machine, now): {d['total_mib']:,} MiB total, {d['used_mib']:,} used, "
+            f"{d['free_mib']:,} free" + (f"; processes: {procs}" if procs else "; no processes")
+        )
+    if gpu.get("driver_version"):
+        out.append(f"driver {gpu['driver_version']}, CUDA {gpu.get('cuda_version') or '?'}")
+    return out
+
+
 def capacity_line(report: Report) -> str | None:
     kv = report.facts.get("kv_cache") or {}
     budget = report.facts.get("concurrency") or {}
@@ -87,7 +137,8 @@ def capacity_line(report: Report) -> str | None:
     return text
 
 
-def to_markdown(report: Report) -> str:
+def to_markdown(report: Report, redact: bool = True) -> str:
+    """The ticket text; secrets masked unless redact=False (line for line, so nothing moves)."""
     out = [f"## vllm-doctor: {headline(report)}", "", f"**Input:** {describe_input(report)}", ""]
     for w in report.warnings:
         out += [f"> Note: {w}", ""]
@@ -115,7 +166,30 @@ def to_markdown(report: Report) -> str:
             out += ["```", "", "</details>", ""]
     if cap:
         out += [f"**Capacity:** {cap}", ""]
-    return "\n".join(out)
+    out += _markdown_work(report)
+    text = "\n".join(out)
+    if redact:
+        from .redact import redact as mask
+
+        text = mask(text)
+    return text
+
+
+def _markdown_work(report: Report) -> list[str]:
+    out: list[str] = []
+    line = model_line(report)
+    if line:
+        out += [f"**{line}**", ""]
+    rows = work_rows(report)
+    if rows:
+        out += ["| step | work | value |", "|---|---|---|"]
+        out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+        out.append("")
+        explanation = (report.facts.get("capacity") or {}).get("explanation")
+        if explanation:
+            out += [f"Predicted vs logged: {explanation}", ""]
+    out += [f"> {g}" for g in gpu_lines(report.facts.get("gpu"))]
+    return out + [""] if out and out[-1] != "" else out
 
 
 def _where(e: Evidence, report: Report) -> str:

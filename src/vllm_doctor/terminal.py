@@ -10,7 +10,7 @@ from typing import IO
 
 from .data import Report
 from .expr import fmt
-from .report import capacity_line, describe_input, headline
+from .report import capacity_line, describe_input, gpu_lines, headline, model_line, work_rows
 
 _STYLE = {"blocker": "bold white on red", "warning": "bold black on yellow", "info": "bold white on blue"}
 _STATUS = {"failed": "bold red", "degraded": "bold yellow", "healthy": "bold green", "unknown": "bold"}
@@ -52,3 +52,25 @@ def render(report: Report, file: IO[str] | None = None) -> None:
     if cap:
         print_()
         print_(f"[bold]Capacity[/]  {escape(cap)}")
+    _work(report, print_, escape)
+
+
+def _work(report: Report, print_, escape) -> None:
+    """The model's shape, the arithmetic behind the predicted KV tokens, and this machine's GPUs."""
+    line = model_line(report)
+    rows = work_rows(report)
+    gpus = gpu_lines(report.facts.get("gpu"))
+    if line or rows or gpus:
+        print_()
+    if line:
+        print_(f"[bold]{escape(line)}[/]")
+    if rows:
+        w0 = max(len(r[0]) for r in rows)
+        w2 = max(len(r[2]) for r in rows)
+        for name, work, value in rows:
+            print_(f"  {escape(name):<{w0}}  [bold]{escape(value):>{w2}}[/]   [dim]{escape(work)}[/]")
+        explanation = (report.facts.get("capacity") or {}).get("explanation")
+        if explanation:
+            print_(f"  [bold]Predicted vs logged[/]  {escape(explanation)}")
+    for g in gpus:
+        print_(f"[dim]{escape(g)}[/]")
