@@ -62,9 +62,21 @@ def _indent(text: str) -> str:
 
 
 def problems_in(rule: Rule) -> list[str]:
-    """What loading does not catch: examples that their own pattern does not match."""
+    """What loading does not catch: examples that their own pattern does not match, and
+    patterns that a hostile line makes backtrack for too long (timed: redos.probe)."""
+    from .redos import PROBE_BUDGET, PROBE_SIZE, probe
+
     out = []
     for i, p in enumerate(rule.patterns):
+        for key, text in (("regex", p.regex), ("unless", p.unless)):
+            slow = probe(compile_regex(text), text, rule.anchors, p.example) if text else None
+            if slow:
+                what, took = slow
+                out.append(
+                    f"{rule.path}: key 'patterns[{i}].{key}': backtracks catastrophically: {took:.2f} s "
+                    f"(over {PROBE_BUDGET} s) on a {PROBE_SIZE // 1024} KiB line of {what}; bound its "
+                    "repeats ({0,200} instead of * or +) or anchor them"
+                )
         if p.example is None:
             continue
         if not compile_regex(p.regex).search(p.example, timeout=1.0):

@@ -6,6 +6,7 @@ checked on load, and a bad file gives one error naming the file and the key.
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from collections.abc import Iterable
@@ -57,23 +58,72 @@ def load(dirs: Iterable[Path] | None = None, *, builtin: bool = True) -> list[Ru
     """All rules: the built-in ones, then each extra directory; a later id replaces an earlier."""
     sources = ([builtin_dir()] if builtin else []) + [Path(d) for d in (dirs or [])]
     rules: dict[str, Rule] = {}
-    for directory in sources:
+    for i, directory in enumerate(sources):
         if not directory.is_dir():
             raise RuleError(directory, None, "not a directory of rule files")
-        for path in rule_files(directory):
+        files = rule_files(directory)
+        if builtin and i == 0:  # checked in full by the test suite: no regex compiled, TOML cached
+            for path, data in _builtin_data(directory, files):
+                rule = parse(data, path, trusted=True)
+                rules[rule.id] = rule
+            continue
+        for path in files:
             rule = load_file(path)
             rules[rule.id] = rule
     return list(rules.values())
 
 
-def load_file(path: Path) -> Rule:
+def load_file(path: Path, *, trusted: bool = False) -> Rule:
+    """One rule file. `trusted` (the built-in rules, which the test suite checks in full with
+    `rules check`) skips compiling the regexes here: the engine compiles each one on first use,
+    and most never are, which keeps the cold start of `explain` short."""
+    return parse(_read_toml(path), path, trusted=trusted)
+
+
+def _read_toml(path: Path) -> dict:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise RuleError(path, None, f"not valid TOML ({e})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise RuleError(path, None, f"cannot read ({e})") from None
-    return parse(data, path)
+
+
+_CACHE_FORMAT = 1
+
+
+def _builtin_data(directory: Path, files: list[Path]) -> list[tuple[Path, dict]]:
+    """The parsed TOML of the built-in rule files. Parsing 100+ TOML files is a sixth of the
+    cold start of `explain`, so the result is kept as JSON (data, like the files) and reused
+    while no file's name, size or mtime has changed (cache.py)."""
+    from . import cache
+
+    try:
+        stamp = [[str(p.relative_to(directory)), *_stat(p)] for p in files]
+    except OSError:
+        stamp = None
+    key = [_CACHE_FORMAT, str(directory), stamp]
+    name = "builtin-rules.json"
+    if stamp is not None:
+        try:
+            cached = json.loads(cache.read(name) or b"null")
+            if cached and cached["key"] == key:
+                return [(directory / rel, data) for rel, data in cached["rules"]]
+        except (ValueError, KeyError, TypeError):
+            pass
+    out = [(p, _read_toml(p)) for p in files]
+    if stamp is not None:
+        try:
+            blob = json.dumps({"key": key, "rules": [[r, d] for (_p, d), (r, *_) in zip(out, stamp)]})
+        except (TypeError, ValueError):  # a value JSON cannot hold (a TOML date): no cache
+            return out
+        cache.write(name, blob.encode("utf-8"))
+    return out
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
 
 
 def _need(data: dict, key: str, kind: type | tuple, path: Path, required: bool = True) -> Any:
@@ -97,6 +147,12 @@ def _strings(data: dict, key: str, path: Path) -> list[str]:
     return value
 
 
+def _templates(text: str, key: str, path: Path) -> None:
+    bad = expr.bad_placeholders(text)
+    if bad:
+        raise RuleError(path, key, f"{bad[0]} is not a placeholder: use {{name}}, {{name:,}} or {{name:.2f}}")
+
+
 def _condition(text: str | None, key: str, path: Path) -> None:
     if text is None:
         return
@@ -112,11 +168,26 @@ def compile_regex(text: str):
     return regex.compile(text, regex.VERSION0)
 
 
-def _group_names(text: str) -> set[str]:
+_GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")
+
+
+def _group_names(text: str, trusted: bool = False) -> set[str]:
+    if trusted:  # the names alone, without compiling (tests check this agrees for the built-ins)
+        return set(_GROUP_NAME.findall(text))
     return set(compile_regex(text).groupindex)
 
 
-def parse(data: dict, path: Path) -> Rule:
+def _no_catastrophic_backtracking(text: str, key: str, path: Path) -> None:
+    """A pattern whose structure lets a hostile line make it backtrack for minutes is refused
+    (`rules check` also times each pattern on such lines: redos.py)."""
+    from .redos import static_problems
+
+    problems = static_problems(text)
+    if problems:
+        raise RuleError(path, key, f"can backtrack catastrophically: {problems[0]}")
+
+
+def parse(data: dict, path: Path, *, trusted: bool = False) -> Rule:
     from .checks import CHECKS
 
     unknown = set(data) - _RULE_KEYS
@@ -147,9 +218,11 @@ def parse(data: dict, path: Path) -> Rule:
             raise RuleError(path, f"{key}.{sorted(extra)[0]}", "is not a pattern key")
         regex_text = _need(p, "regex", str, path)
         try:
-            names = _group_names(regex_text)
+            names = _group_names(regex_text, trusted)
         except Exception as e:  # regex.error and friends: report, never crash
             raise RuleError(path, f"{key}.regex", f"does not compile ({e})") from None
+        if not trusted:
+            _no_catastrophic_backtracking(regex_text, f"{key}.regex", path)
         groups |= names
         for vkey in ("since", "until"):
             v = p.get(vkey)
@@ -159,11 +232,12 @@ def parse(data: dict, path: Path) -> Rule:
         if level is not None and level not in _LEVELS:
             raise RuleError(path, f"{key}.level", f"must be one of {', '.join(sorted(_LEVELS))}")
         unless = p.get("unless")
-        if unless is not None:
+        if unless is not None and not trusted:
             try:
                 compile_regex(unless)
             except Exception as e:
                 raise RuleError(path, f"{key}.unless", f"does not compile ({e})") from None
+            _no_catastrophic_backtracking(unless, f"{key}.unless", path)
         for skey in ("source", "example"):
             if p.get(skey) is not None and not isinstance(p[skey], str):
                 raise RuleError(path, f"{key}.{skey}", "must be a string")
@@ -233,6 +307,8 @@ def parse(data: dict, path: Path) -> Rule:
     if not isinstance(wrapper, bool):
         raise RuleError(path, "wrapper", "must be true or false")
     summary = _strings(data, "summary", path)
+    for t in summary:
+        _templates(t, "summary", path)
     if not summary:
         raise RuleError(path, "summary", "is missing")
 
@@ -249,6 +325,9 @@ def parse(data: dict, path: Path) -> Rule:
             raise RuleError(path, f"{key}.{sorted(extra)[0]}", "is not a fix key")
         action = _need(f, "action", str, path)
         why = _need(f, "why", str, path)
+        for k in ("action", "why", "value"):
+            if isinstance(f.get(k), str):
+                _templates(f[k], f"{key}.{k}", path)
         for k in ("flag", "value", "when"):
             if f.get(k) is not None and not isinstance(f[k], str):
                 raise RuleError(path, f"{key}.{k}", "must be a string")
