@@ -54,8 +54,9 @@ def _load_rules(extra: list[Path]):
 @app.command()
 def explain(
     paths: Annotated[
-        list[str], typer.Argument(help="Log files (.gz works too); - reads stdin.", metavar="LOG", show_default=False)
-    ],
+        Optional[list[str]],
+        typer.Argument(help="Log files (.gz works too); - reads stdin.", metavar="LOG", show_default=False),
+    ] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report here.")] = None,
     rules_dirs: Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).")] = [],  # noqa: B006
@@ -66,26 +67,60 @@ def explain(
     target_len: Annotated[
         Optional[int], typer.Option("--target-len", min=1, help="Tokens per sequence for --target-concurrency.")
     ] = None,
+    metrics: Annotated[
+        Optional[str],
+        typer.Option("--metrics", help="Diagnose a running server from its /metrics (a URL, or a saved scrape).", metavar="URL"),
+    ] = None,
+    no_redact: Annotated[
+        bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in markdown/json output.")
+    ] = False,
+    model: Annotated[
+        Optional[str],
+        typer.Option("--model", help="The model's repo id or directory, for its config.json (default: the log's).", metavar="ID|PATH"),
+    ] = None,
+    config: Annotated[
+        Optional[str], typer.Option("--config", help="Use this config.json for the model.", metavar="FILE")
+    ] = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Never touch the network (the HF cache only).")] = False,
+    no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Skip the NVML snapshot of this machine's GPUs.")] = False,
 ) -> None:
     """Diagnose a vLLM log: the cause, the evidence, the numbers and the fixes in order."""
     from .checks import Options
-    from .explain import explain as run
-    from .logread import ReadError
 
+    options = Options(target_concurrency, target_len, model=model, config=config, offline=offline,
+                      lookup_model=True, gpu=not no_gpu)  # fmt: skip
+
+    if metrics is not None and paths:
+        fail("give log files or --metrics URL, not both")
+    if metrics is None and not paths:
+        fail("give a log file (- for stdin) or --metrics URL")
     rules = _load_rules(rules_dirs)
     try:
-        report = run(paths, rules, Options(target_concurrency, target_len))
-    except ReadError as e:
-        fail(str(e))
+        if metrics is not None:
+            from .metrics import MetricsError, diagnose, fetch
+
+            try:
+                report = diagnose([fetch(metrics)], rules, Options(target_concurrency, target_len))
+            except MetricsError as e:
+                fail(str(e))
+        else:
+            from .explain import explain as run
+            from .logread import ReadError
+            from .modelcfg import ConfigError
+
+            try:
+                report = run(paths, rules, options)
+            except (ReadError, ConfigError) as e:
+                fail(str(e))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    _emit(report, format, output)
+    _emit(report, format, output, redact=not no_redact)
     severities = {d.severity for d in report.diagnoses}
     failing = {"blocker"} if fail_on is FailOn.blocker else {"blocker", "warning"}
     raise typer.Exit(1 if severities & failing else 0)
 
 
-def _emit(report, format: Format, output: Path | None) -> None:
+def _emit(report, format: Format, output: Path | None, redact: bool = True) -> None:
     from . import report as rep
 
     if format is Format.text and output is None:
@@ -94,9 +129,9 @@ def _emit(report, format: Format, output: Path | None) -> None:
         render(report)
         return
     if format is Format.json:
-        text = rep.to_json(report)
+        text = rep.to_json(report, redact=redact)
     elif format is Format.markdown:
-        text = rep.to_markdown(report)
+        text = rep.to_markdown(report, redact=redact)
     else:
         import io
 
@@ -153,6 +188,162 @@ def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of r
     if problems:
         raise typer.Exit(2)
     typer.echo(f"{count} rule file(s) OK")
+
+
+@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+def serve(
+    vllm_args: Annotated[
+        list[str], typer.Argument(help="The model and the vllm serve arguments, after --.", metavar="MODEL_AND_ARGS", show_default=False)
+    ],
+    vllm_bin: Annotated[Optional[str], typer.Option("--vllm-bin", help="The vllm executable (default: vllm on PATH).")] = None,
+    report_dir: Annotated[
+        Optional[Path], typer.Option("--report-dir", help="Write the incident report here (default: ./vllm-doctor-reports/<time>/).")
+    ] = None,
+    always_report: Annotated[bool, typer.Option("--always-report", help="Write the report after a clean exit too.")] = False,
+    log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Also keep the raw output here.")] = None,
+    grace: Annotated[
+        float, typer.Option("--grace", min=0, help="Seconds after a forwarded SIGINT/SIGTERM/SIGHUP before SIGKILL.")
+    ] = 30.0,
+    reap_wait: Annotated[
+        float, typer.Option("--reap-wait", min=0, help="Seconds vLLM's other processes get to exit after the main one.")
+    ] = 15.0,
+    watch_samples: Annotated[
+        int, typer.Option("--watch-samples", min=1, help="Warn after this many stats samples with requests waiting on a full KV cache.")
+    ] = 3,
+    no_watch: Annotated[bool, typer.Option("--no-watch", help="Do not watch the stats lines while the server runs.")] = False,
+    no_redact: Annotated[bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in the report.")] = False,
+    rules_dirs: Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).")] = [],  # noqa: B006
+) -> None:
+    """Run vllm serve, pass its output through, and on a bad exit write a diagnosed incident report.
+
+    Exits with vLLM's own status (128 + N when a signal N ended it).
+    """
+    from .serve import ServeOptions, run
+
+    if vllm_args and vllm_args[0] == "--":
+        vllm_args = vllm_args[1:]
+    if not vllm_args:
+        fail("give the model after --: vllm-doctor serve [OPTIONS] -- MODEL [vllm serve args]")
+    outcome = run(
+        ServeOptions(
+            vllm_args=list(vllm_args),
+            vllm_bin=vllm_bin,
+            report_dir=report_dir,
+            always_report=always_report,
+            log_file=log_file,
+            grace=grace,
+            reap_wait=reap_wait,
+            watch=not no_watch,
+            watch_samples=watch_samples,
+            redact=not no_redact,
+            rules_dirs=list(rules_dirs),
+        )
+    )
+    raise typer.Exit(outcome.status)
+
+
+@app.command()
+def watch(
+    url: Annotated[str, typer.Argument(help="The server (http://HOST:PORT) or its /metrics URL.", show_default=False)],
+    interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between scrapes.")] = 10.0,
+    samples: Annotated[int, typer.Option("--samples", min=1, help="Scrapes to take, then diagnose.")] = 6,
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format of the diagnosis.")] = Format.text,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the diagnosis here.")] = None,
+    rules_dirs: Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).")] = [],  # noqa: B006
+    fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 from this severity up.")] = FailOn.blocker,
+    no_redact: Annotated[bool, typer.Option("--no-redact", help="Keep secrets in markdown/json output.")] = False,
+) -> None:
+    """Scrape a running server's /metrics every --interval seconds and diagnose the series:
+    a full KV cache, the sequence cap, or a stall. One line per scrape on stderr; Ctrl-C stops early."""
+    import time
+
+    from .checks import Options
+    from .metrics import MetricsError, describe, diagnose, fetch
+
+    rules = _load_rules(rules_dirs)
+    scrapes = []
+    try:
+        for i in range(samples):
+            if i:
+                time.sleep(max(0.0, scrapes[-1].at + interval - time.monotonic()))
+            try:
+                scrapes.append(fetch(url))
+            except MetricsError as e:
+                if not scrapes:
+                    fail(str(e))
+                typer.echo(f"vllm-doctor: {e}", err=True)
+                break
+            typer.echo(describe(scrapes[-1], len(scrapes), scrapes[-2] if len(scrapes) > 1 else None), err=True)
+    except KeyboardInterrupt:
+        if not scrapes:
+            raise typer.Exit(130) from None
+    report = diagnose(scrapes, rules, Options())
+    _emit(report, format, output, redact=not no_redact)
+    severities = {d.severity for d in report.diagnoses}
+    failing = {"blocker"} if fail_on is FailOn.blocker else {"blocker", "warning"}
+    raise typer.Exit(1 if severities & failing else 0)
+
+
+@app.command()
+def plan(
+    models: Annotated[
+        Optional[list[str]],
+        typer.Argument(help="Repo ids or model directories; several share one GPU.", metavar="[MODEL]...", show_default=False),
+    ] = None,
+    config: Annotated[list[str], typer.Option("--config", help="A config.json (repeatable: one model each).", metavar="FILE")] = [],  # noqa: B006
+    params: Annotated[Optional[str], typer.Option("--params", help="Parameters, e.g. 7B (overrides the config).")] = None,
+    layers: Annotated[Optional[int], typer.Option("--layers", min=1, help="Layers (shape by hand).")] = None,
+    heads: Annotated[Optional[int], typer.Option("--heads", min=1, help="Attention heads (for valid TP sizes).")] = None,
+    kv_heads: Annotated[Optional[int], typer.Option("--kv-heads", min=1, help="KV heads.")] = None,
+    head_dim: Annotated[Optional[int], typer.Option("--head-dim", min=1, help="Head size.")] = None,
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="Weight dtype (default: the config's, else bfloat16).")] = None,
+    gpu_memory: Annotated[str, typer.Option("--gpu-memory", help="Per GPU: 80GB (10^9 B), 80GiB (2^30 B), or auto (NVML).")] = "auto",
+    gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="GPUs available (default: NVML's count).")] = None,
+    utilization: Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of each GPU vLLM may use.")] = 0.90,
+    max_model_len: Annotated[Optional[int], typer.Option("--max-model-len", min=1, help="Tokens per sequence (default: the model's maximum).")] = None,
+    tp: Annotated[int, typer.Option("--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel size.")] = 1,
+    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto (the model's dtype) or fp8.")] = "auto",
+    quantization: Annotated[Optional[str], typer.Option("--quantization", "-q", help="awq, gptq, fp8, ... (bits per weight).")] = None,
+    target_concurrency: Annotated[Optional[int], typer.Option("--target-concurrency", min=1, help="Sequences to hold at once.")] = None,
+    block_size: Annotated[int, typer.Option("--block-size", min=1, help="Tokens per KV block.")] = 16,
+    prompt_len: Annotated[Optional[int], typer.Option("--prompt-len", min=1, help="Show the blocks a prompt of this length takes.")] = None,
+    samples: Annotated[int, typer.Option("--samples", min=1, help="Parallel samples of that prompt (shared vs not).")] = 1,
+    overhead: Annotated[Optional[str], typer.Option("--overhead", help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default 0).")] = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Never touch the network (the HF cache only).")] = False,
+    no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Do not ask NVML for the GPUs.")] = False,
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan here.")] = None,
+) -> None:
+    """The capacity arithmetic before you start: weights, KV cache, bytes per token, tokens and
+    sequences that fit, valid TP sizes and a ready `vllm serve` line. Exit 1 when it does not fit."""
+    from . import plan as planner
+    from .gpu import skipped, snapshot
+
+    request = planner.PlanRequest(
+        models=list(models or []), configs=list(config), params=params, layers=layers, heads=heads,
+        kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, gpu_memory=gpu_memory, gpus=gpus,
+        utilization=utilization, max_model_len=max_model_len, tp=tp, kv_cache_dtype=kv_cache_dtype,
+        quantization=quantization, target_concurrency=target_concurrency, block_size=block_size,
+        prompt_len=prompt_len, samples=samples, overhead=overhead, offline=offline,
+    )  # fmt: skip
+    gpu = skipped("--no-gpu") if no_gpu else snapshot()
+    try:
+        result = planner.make_plan(request, gpu)
+    except planner.PlanError as e:
+        fail(str(e))
+    render = {Format.text: planner.to_text, Format.markdown: planner.to_markdown, Format.json: planner.to_json}
+    text = render[format](result)
+    if not gpu.available and format is Format.text:
+        text += f"{gpu.skipped_line}\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as e:
+            fail(f"{output}: cannot write ({e.strerror or e})")
+        typer.echo(f"vllm-doctor: plan {'fits' if result.fits else 'does not fit'}; written to {output}", err=True)
+    raise typer.Exit(0 if result.fits else 1)
 
 
 def main() -> None:
