@@ -127,3 +127,10 @@ def test_cli_without_nvml_or_with_no_gpu_goes_on():
     snap = gpu.snapshot()
     if not snap.available:
         assert f"GPU checks skipped: {snap.reason}" in result.output
+
+
+def test_no_driver_on_the_machine_is_said_without_loading_nvml(monkeypatch):
+    monkeypatch.setattr(gpu, "DRIVER_MARKERS", ("/nonexistent/nvidiactl",))
+    monkeypatch.setattr(gpu, "Nvml", lambda: (_ for _ in ()).throw(AssertionError("NVML loaded")))
+    snap = gpu.snapshot()
+    assert not snap.available and snap.reason.startswith("no NVIDIA driver here")

@@ -12,11 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import capacity as cap
+from typing import TYPE_CHECKING
+
 from .data import Evidence, Match
 from .facts import KV_NEAR_FULL_PCT, Facts
-from .gpu import GpuSnapshot
-from .modelcfg import ModelShape
+
+if TYPE_CHECKING:  # the model and GPU modules load only when a model or GPU is involved
+    from .gpu import GpuSnapshot
+    from .modelcfg import ModelShape
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's block size on CUDA when the log does not say
 SAFE_UTILIZATION = 0.95  # above this, a startup failure is traded for a mid-traffic OOM
@@ -98,6 +101,8 @@ def model_kv(inp: CheckInput) -> tuple[ModelShape, float, str, int, int] | None:
     shape = inp.options.shape
     if shape is None:
         return None
+    from . import capacity as cap
+
     element, dtype = cap.kv_element_bytes(inp.get("kv_cache_dtype"), inp.get("dtype") or shape.dtype)
     tp = int(inp.get("tp", "tensor_parallel_size") or 1)
     return shape, element, dtype, tp, cap.kv_bytes_per_token(shape, element, tp)
@@ -109,6 +114,8 @@ def _from_model(inp: CheckInput) -> dict[str, Any]:
     known = model_kv(inp)
     if known is None:
         return {}
+    from . import capacity as cap
+
     shape, element, _dtype, tp, bpt = known
     bsize, _ = block_size(inp)
     out: dict[str, Any] = {"kv_bytes_per_token": bpt}
@@ -237,8 +244,10 @@ def tp_sizes(inp: CheckInput) -> dict[str, Any]:
     if heads is None and kv_heads is None and dimension is None:
         return out
 
+    from .capacity import tp_ok
+
     def ok(t: int) -> bool:
-        if not cap.tp_ok(t, int(heads) if heads is not None else None, int(kv_heads) if kv_heads else None):
+        if not tp_ok(t, int(heads) if heads is not None else None, int(kv_heads) if kv_heads else None):
             return False
         return not (dimension is not None and int(dimension) % t)
 

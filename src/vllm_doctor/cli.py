@@ -106,11 +106,16 @@ def explain(
         else:
             from .explain import explain as run
             from .logread import ReadError
-            from .modelcfg import ConfigError
 
             try:
                 report = run(paths, rules, options)
-            except (ReadError, ConfigError) as e:
+            except ReadError as e:
+                fail(str(e))
+            except Exception as e:
+                from .modelcfg import ConfigError  # only --config can raise it: load it only then
+
+                if not isinstance(e, ConfigError):
+                    raise
                 fail(str(e))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None

@@ -11,9 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import capacity as cap
-from .capacity import Step, fmt_int
+from typing import TYPE_CHECKING
+
 from .checks import CheckInput, block_size, is_v1, model_kv
+
+if TYPE_CHECKING:
+    from .capacity import Step
 
 
 @dataclass
@@ -80,6 +83,8 @@ def cross_check(inp: CheckInput, model_note: str | None = None) -> CrossCheck:
     if known is None:
         out.explanation = f"no model config: {model_note}" if model_note else "no model config (pass --model or --config)"
         return out
+    from . import capacity as cap
+    from .capacity import Step, fmt_int
     shape, element, dtype, tp, bpt = known
     out.kv_bytes_per_token = bpt
     bsize, said = block_size(inp)
@@ -128,6 +133,9 @@ def _logged_from(inp: CheckInput) -> str:
 
 
 def _explain(inp: CheckInput, out: CrossCheck, shape, tp: int, measured: bool) -> str:
+    from . import capacity as cap
+    from .capacity import fmt_int
+
     diff = out.difference_pct
     if diff is None:
         return "no KV cache memory to predict from"

@@ -9,10 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SEVERITIES = ("blocker", "warning", "info")
+# facts.model_shape of the report (issue 3's facts.model keys, plus the name and where it came from)
+MODEL_SHAPE_KEYS = ("name", "layers", "attention_heads", "kv_heads", "head_dim", "kv_bytes_per_token",
+                    "max_position_embeddings", "params", "params_source", "source")  # fmt: skip
 CONFIDENCES = ("high", "medium", "low")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True)  # one per candidate line: keep it small
 class Line:
     """One line of input, cleaned for matching but numbered as in the original."""
 
@@ -26,7 +29,7 @@ class Line:
     anchors: tuple[int, ...] = ()  # indexes of the prefilter anchors found in this line
 
 
-@dataclass(slots=True)
+@dataclass
 class Pattern:
     regex: str
     since: str | None = None  # first vLLM release with this wording (documentation)
@@ -37,7 +40,7 @@ class Pattern:
     example: str | None = None  # a real line the regex must match (checked by `rules check`)
 
 
-@dataclass(slots=True)
+@dataclass
 class Fix:
     action: str
     why: str
@@ -46,7 +49,7 @@ class Fix:
     when: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass
 class Rule:
     id: str
     kind: str  # "diagnosis" or "fact"
@@ -77,7 +80,7 @@ class Evidence:
     source: int = 0
 
 
-@dataclass(slots=True)
+@dataclass
 class Match:
     """All the places one rule matched, with the numbers of its first match."""
 
@@ -88,7 +91,7 @@ class Match:
     first_line: int = 0
 
 
-@dataclass(slots=True)
+@dataclass
 class FixOut:
     rank: int
     action: str
@@ -97,7 +100,7 @@ class FixOut:
     why: str
 
 
-@dataclass(slots=True)
+@dataclass
 class Diagnosis:
     rule: str
     category: str
@@ -115,7 +118,7 @@ class Diagnosis:
     wrapper: bool = False
 
 
-@dataclass(slots=True)
+@dataclass
 class Report:
     paths: list[str]
     lines: int

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import logread, rules as rules_mod
 from .checks import DEFAULT_BLOCK_SIZE, CheckInput, Options, concurrency_budget
-from .data import Report, Rule
+from .data import MODEL_SHAPE_KEYS, Report, Rule
 from .diagnose import diagnose
 from .engine import Engine
 from .facts import Facts
@@ -53,15 +53,17 @@ def with_model_and_gpu(facts: Facts, options: Options) -> tuple[Options, str | N
     """Options with the model's shape (from --config, --model, or the model the log names) and this
     machine's GPU snapshot filled in, and the one-line reason when there is no shape.
     Raises modelcfg.ConfigError only for an explicit --config that cannot be read."""
-    from . import modelcfg
-
     shape, note = None, None
     ref = options.model or (facts.get("model") if options.lookup_model or options.config else None)
     from_log = not options.model and not options.config
     if from_log and ref and "/" not in ref and not _exists(ref):
         # a bare word from the log is likelier a misread line than a repo id: no Hub request for it
         note = f"{ref!r} (the log's model name) is not a repo id (org/name) or a local path; pass --model or --config"
+    elif from_log and ref and ref.startswith(("/", "./", "../", "~")) and not _exists(ref):
+        note = f"{ref} (the log's model path) is not on this machine; pass --model or --config"
     elif options.config or options.model or options.lookup_model:
+        from . import modelcfg
+
         shape, note = modelcfg.load(ref, options.config, options.offline, facts.get("vllm_version"))
         if shape is not None and facts.get("model"):
             shape.name = facts.get("model")  # the model the log served; shape.source says where its config came from
@@ -84,19 +86,18 @@ def model_facts(facts: Facts, options: Options, model_note: str | None) -> dict:
     """facts.model_shape, facts.capacity and facts.gpu of the report.
 
     facts.model stays the model's name, as report/1 has it; its shape goes beside it."""
-    from . import capacity as cap
     from .checks import model_kv
     from .crosscheck import cross_check
-    from .modelcfg import MODEL_KEYS
-
     inp = CheckInput(facts.flat(), facts, None, options)
     shape = options.shape
     if shape is not None:
+        from . import capacity as cap
+
         known = model_kv(inp)
         model = shape.to_json(cap.kv_bytes_per_token(shape, known[1], 1) if known else None)
         model["note"] = model_note
     else:
-        model = {k: None for k in MODEL_KEYS}
+        model = dict.fromkeys(MODEL_SHAPE_KEYS)
         model["name"] = options.model or facts.get("model")
         model["note"] = model_note
     gpu = options.gpu_snapshot.to_json() if options.gpu_snapshot else {"available": False, "reason": None, "devices": []}

@@ -9,6 +9,7 @@ nvidia-ml-py) the snapshot says why ("GPU checks skipped: <reason>"); it never r
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -150,8 +151,15 @@ def _reason(error: BaseException) -> str:
     return f"NVML failed: {text}"
 
 
+# what an NVIDIA driver leaves on a machine (Linux, containers, WSL2); with none of them NVML
+# cannot work, and not loading it keeps a GPU-less explain quick
+DRIVER_MARKERS = ("/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/dxg")
+
+
 def snapshot(adapter: NvmlAdapter | None = None) -> GpuSnapshot:
     """Every GPU's memory and processes now; never raises."""
+    if adapter is None and not any(os.path.exists(p) for p in DRIVER_MARKERS):
+        return GpuSnapshot(False, "no NVIDIA driver here (no /dev/nvidiactl or /proc/driver/nvidia)")
     try:
         nv = adapter if adapter is not None else Nvml()
         nv.open()

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .data import MODEL_SHAPE_KEYS
+
 NET_TIMEOUT_S = 3.0  # one HTTP request to the Hub; no retries, so "no network" is said quickly
 
 # config.json keys, in the order vLLM tries them (HF attribute_maps expose the aliases)
@@ -157,8 +159,7 @@ class ModelShape:
 
 
 # the keys facts.model always has, null when no config was found
-MODEL_KEYS = ("name", "layers", "attention_heads", "kv_heads", "head_dim", "kv_bytes_per_token",
-              "max_position_embeddings", "params", "params_source", "source")  # fmt: skip
+MODEL_KEYS = MODEL_SHAPE_KEYS
 
 
 @dataclass

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Iterable
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +41,11 @@ class RuleError(Exception):
 
 
 def builtin_dir() -> Path:
-    """rules/ inside the installed wheel, or at the top of a source checkout / editable install."""
-    packaged = resources.files("vllm_doctor") / "rules"
-    if packaged.is_dir():
-        return Path(str(packaged))
-    return Path(__file__).resolve().parents[2] / "rules"
+    """rules/ inside the installed wheel (beside this module), or at the top of a source
+    checkout or editable install."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "rules"
+    return packaged if packaged.is_dir() else here.parents[1] / "rules"
 
 
 def rule_files(directory: Path) -> list[Path]:
@@ -81,6 +79,8 @@ def load_file(path: Path, *, trusted: bool = False) -> Rule:
 
 
 def _read_toml(path: Path) -> dict:
+    import tomllib  # only when a rule file is read, not when the cached built-ins are
+
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
