@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cases_module():
+    sys.path.insert(0, str(ROOT / "tests"))  # the cases module imports the suite's conftest
     spec = importlib.util.spec_from_file_location("hostile_cases", ROOT / "tests" / "test_hostile_input.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -52,3 +52,14 @@ def test_literal_eval_never_runs_code():
     got, complete = parse_args("{'model': __import__('os').system('echo pwned')}")
     assert complete is False  # not a literal: read as text, never evaluated
     assert got == {"model": "__import__"}
+
+
+def test_a_stats_line_with_garbage_numbers_is_read_without_crashing(run, tmp_path):
+    """Found by bench/fuzz.py (seed 1): a mangled stats value arrived as text and was compared."""
+    log = tmp_path / "x.log"
+    log.write_text(
+        "Engine 000: Running: 5 reqs, Waiting: 3 reqs, GPU KV cache usage: 9" + "9" * 400 + ".9%\n"
+        "Engine 000: Running: 5 reqs, Waiting: " + "7" * 5000 + " reqs, GPU KV cache usage: 1e999%\n"
+    )
+    report = run(log)  # used to raise TypeError
+    assert report.facts["stats"]["samples"] >= 1 and report.facts["stats"]["running_max"] == 5

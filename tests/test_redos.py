@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import SAMPLE_RULE
 from vllm_doctor import engine as engine_mod
 from vllm_doctor import logread, redos
 from vllm_doctor.cli import app
@@ -75,22 +76,14 @@ def test_probe_catches_a_pattern_the_static_check_cannot_see():
 def _rule(tmp_path: Path, regex: str, example: str, anchor: str) -> Path:
     d = tmp_path / "rules"
     d.mkdir()
-    (d / "slow-rule.toml").write_text(
-        f'''id = "slow-rule"
-category = "my-category"
-title = "A title"
-severity = "warning"
-summary = ["It happened."]
-explanation = "Why."
-anchors = ["{anchor}"]
-[[patterns]]
-regex = \'\'\'{regex}\'\'\'
-example = "{example}"
-[[fixes]]
-action = "Do"
-why = "Because."
-'''
+    text = (
+        SAMPLE_RULE.replace('"my-rule"', '"slow-rule"')
+        .replace('["it happened"]', f'["{anchor}"]')
+        .replace("it happened (?P<n>\\d+)", regex)
+        .replace('"it happened 3"', f'"{example}"')
     )
+    assert regex in text
+    (d / "slow-rule.toml").write_text(text)
     return d
 
 

@@ -2,7 +2,7 @@
 
 The engine knows nothing about vLLM. A rule is tried only on lines that hold one of its anchors;
 when its pattern does not match the line alone, it is tried again on the line joined to its
-neighbours, which undoes terminal hard-wraps and messages split over two or three lines.
+neighbours (up to five lines on), which undoes terminal hard-wraps and split messages.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from time import perf_counter
 from typing import Any
 
 from .data import Evidence, Line, Match, Rule
-from .facts import ARGS, Facts, number
+from .facts import ARGS, STATS_FIELDS, Facts, convert, number
 from .prefilter import Prefilter
 from .rules import compile_regex
 
@@ -132,7 +132,12 @@ class Engine:
 
 def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) -> None:
     if rule.series:
-        sample = {rule.facts[g]: number(v) for g, v in groups.items() if g in rule.facts}
+        sample = {}  # typed per field: a mangled line's "99.x%" or 5000-digit count is no value
+        for group, text in groups.items():
+            name = rule.facts.get(group)
+            value = convert(STATS_FIELDS[name], text) if name else None
+            if value is not None:
+                sample[name] = value
         facts.stats.add(sample, line.no, line.source, line.raw.strip()[:EVIDENCE_CHARS])
     else:
         for group, value in groups.items():
