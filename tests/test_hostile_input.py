@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import gzip
-import io
 import json
 import os
 import random

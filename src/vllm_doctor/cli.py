@@ -36,6 +36,12 @@ class FailOn(str, Enum):
     blocker = "blocker"
 
 
+def _exit_code(report, fail_on: FailOn) -> int:
+    """1 when a diagnosis reaches the --fail-on severity, else 0."""
+    failing = {"blocker"} if fail_on is FailOn.blocker else {"blocker", "warning"}
+    return 1 if {d.severity for d in report.diagnoses} & failing else 0
+
+
 def fail(message: str) -> None:
     """One clear line on stderr and exit status 2; never a traceback."""
     typer.echo(f"vllm-doctor: {message}", err=True)
@@ -120,9 +126,7 @@ def explain(
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     _emit(report, format, output, redact=not no_redact)
-    severities = {d.severity for d in report.diagnoses}
-    failing = {"blocker"} if fail_on is FailOn.blocker else {"blocker", "warning"}
-    raise typer.Exit(1 if severities & failing else 0)
+    raise typer.Exit(_exit_code(report, fail_on))
 
 
 def _emit(report, format: Format, output: Path | None, redact: bool = True) -> None:
@@ -284,9 +288,7 @@ def watch(
             raise typer.Exit(130) from None
     report = diagnose(scrapes, rules, Options())
     _emit(report, format, output, redact=not no_redact)
-    severities = {d.severity for d in report.diagnoses}
-    failing = {"blocker"} if fail_on is FailOn.blocker else {"blocker", "warning"}
-    raise typer.Exit(1 if severities & failing else 0)
+    raise typer.Exit(_exit_code(report, fail_on))
 
 
 @app.command()

@@ -42,7 +42,7 @@ def explain(paths: list[str], rules: list[Rule] | None = None, options: Options 
     return Report(
         paths=list(paths),
         lines=stats.lines,
-        status=_status(diagnoses, facts, matches),
+        status=status(diagnoses, bool(facts.values or facts.stats.samples or matches)),
         diagnoses=diagnoses,
         facts=report_facts,
         warnings=warnings,
@@ -117,15 +117,14 @@ def _derive(facts: Facts) -> None:
         facts.set("kv_cache.tokens_from", "log")
 
 
-def _status(diagnoses, facts: Facts, matches) -> str:
+def status(diagnoses, recognised: bool) -> str:
+    """The report's status; `recognised` when the input was vLLM's at all."""
     severities = {d.severity for d in diagnoses}
     if "blocker" in severities:
         return "failed"
     if "warning" in severities:
         return "degraded"
-    if facts.values or facts.stats.samples or matches:
-        return "healthy"
-    return "unknown"
+    return "healthy" if recognised else "unknown"
 
 
 def _exists(path: str) -> bool:

@@ -287,17 +287,10 @@ def diagnose(scrapes: list[Scrape], rules: list[Rule] | None = None, options: Op
         warnings.append(f"{last.source}: no vllm:* metrics in this exposition; is it a vLLM server?")
     elif last.kv_usage is None:
         warnings.append(f"{last.source}: neither {' nor '.join(KV_NAMES)} is exposed")
-    severities = {d.severity for d in diagnoses}
-    if "blocker" in severities:
-        status = "failed"
-    elif "warning" in severities:
-        status = "degraded"
-    else:
-        status = "healthy" if last.vllm_series else "unknown"
     return Report(
         paths=sorted({s.source for s in scrapes}),
         lines=sum(s.lines for s in scrapes),
-        status=status,
+        status=explain_mod.status(diagnoses, bool(last.vllm_series)),
         diagnoses=diagnoses,
         facts=report_facts,
         warnings=warnings,
