@@ -56,7 +56,7 @@ def doctor() -> list[str]:
 
 def anchors_file() -> Path:
     """The rules' literal anchors, one a line: what rg and grep look for."""
-    from vllm_doctor.rules import load
+    from vllm_doctor.matching.loader import load
 
     anchors = sorted({a for r in load() for a in r.anchors})
     path = OUT / "anchors.txt"

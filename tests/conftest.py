@@ -1,14 +1,37 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from vllm_doctor.explain import explain, load_rules
+from vllm_doctor.pipeline import explain, load_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 LAB = FIXTURES / "lab"
+
+
+
+
+def _shared() -> Path | None:
+    """../shared beside the checkout (CI lays a copy there too); VLLM_DOCTOR_SHARED overrides."""
+    if os.environ.get("VLLM_DOCTOR_SHARED"):
+        return Path(os.environ["VLLM_DOCTOR_SHARED"])
+    return next((p / "shared" for p in ROOT.parents if (p / "shared" / "vllm-lab").is_dir()), None)
+
+
+SHARED = _shared()
+
+
+@pytest.fixture
+def shared() -> Path:
+    """The shared folder; a test that needs it fails in CI (which always has it) and skips elsewhere."""
+    if SHARED is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI without shared/vllm-lab above {ROOT}")
+        pytest.skip("no ../shared beside this checkout")
+    return SHARED
 
 # a small valid rule file, for tests that load user rules or break one on purpose
 SAMPLE_RULE = '''

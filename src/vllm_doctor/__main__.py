@@ -1,3 +1,3 @@
-from .cli import main
+from vllm_doctor.cli import main
 
 main()

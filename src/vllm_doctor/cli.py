@@ -49,7 +49,7 @@ def fail(message: str) -> None:
 
 
 def _load_rules(extra: list[Path]):
-    from .rules import RuleError, load
+    from vllm_doctor.matching.loader import RuleError, load
 
     try:
         return load(extra)
@@ -91,7 +91,7 @@ def explain(
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Skip the NVML snapshot of this machine's GPUs.")] = False,
 ) -> None:
     """Diagnose a vLLM log: the cause, the evidence, the numbers and the fixes in order."""
-    from .checks import Options
+    from vllm_doctor.knowledge.checks import Options
 
     options = Options(target_concurrency, target_len, model=model, config=config, offline=offline,
                       lookup_model=True, gpu=not no_gpu)  # fmt: skip
@@ -103,22 +103,22 @@ def explain(
     rules = _load_rules(rules_dirs)
     try:
         if metrics is not None:
-            from .metrics import MetricsError, diagnose, fetch
+            from vllm_doctor.read.metrics import MetricsError, diagnose, fetch
 
             try:
                 report = diagnose([fetch(metrics)], rules, Options(target_concurrency, target_len))
             except MetricsError as e:
                 fail(str(e))
         else:
-            from .explain import explain as run
-            from .logread import ReadError
+            from vllm_doctor.pipeline import explain as run
+            from vllm_doctor.read.logread import ReadError
 
             try:
                 report = run(paths, rules, options)
             except ReadError as e:
                 fail(str(e))
             except Exception as e:
-                from .modelcfg import ConfigError  # only --config can raise it: load it only then
+                from vllm_doctor.capacity.modelcfg import ConfigError  # only --config can raise it: load it only then
 
                 if not isinstance(e, ConfigError):
                     raise
@@ -130,10 +130,10 @@ def explain(
 
 
 def _emit(report, format: Format, output: Path | None, redact: bool = True) -> None:
-    from . import report as rep
+    from vllm_doctor.render import report as rep
 
     if format is Format.text and output is None:
-        from .terminal import render
+        from vllm_doctor.render.text import render
 
         render(report)
         return
@@ -144,7 +144,7 @@ def _emit(report, format: Format, output: Path | None, redact: bool = True) -> N
     else:
         import io
 
-        from .terminal import render
+        from vllm_doctor.render.text import render
 
         buf = io.StringIO()
         render(report, file=buf)
@@ -178,7 +178,7 @@ def rules_show(
     rules_dirs: Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules.")] = [],  # noqa: B006
 ) -> None:
     """Print one rule's documentation, generated from its file."""
-    from .ruledoc import document
+    from vllm_doctor.matching.ruledoc import document
 
     rules = {r.id: r for r in _load_rules(rules_dirs)}
     if rule_id not in rules:
@@ -189,7 +189,7 @@ def rules_show(
 @rules_app.command("check")
 def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of rule files.")]) -> None:
     """Validate every rule file in a directory; one line per problem."""
-    from .ruledoc import check_dir
+    from vllm_doctor.matching.ruledoc import check_dir
 
     problems, count = check_dir(directory)
     for p in problems:
@@ -227,7 +227,7 @@ def serve(
 
     Exits with vLLM's own status (128 + N when a signal N ended it).
     """
-    from .serve import ServeOptions, run
+    from vllm_doctor.serve.wrapper import ServeOptions, run
 
     if vllm_args and vllm_args[0] == "--":
         vllm_args = vllm_args[1:]
@@ -266,8 +266,8 @@ def watch(
     a full KV cache, the sequence cap, or a stall. One line per scrape on stderr; Ctrl-C stops early."""
     import time
 
-    from .checks import Options
-    from .metrics import MetricsError, describe, diagnose, fetch
+    from vllm_doctor.knowledge.checks import Options
+    from vllm_doctor.read.metrics import MetricsError, describe, diagnose, fetch
 
     rules = _load_rules(rules_dirs)
     scrapes = []
@@ -323,8 +323,8 @@ def plan(
 ) -> None:
     """The capacity arithmetic before you start: weights, KV cache, bytes per token, tokens and
     sequences that fit, valid TP sizes and a ready `vllm serve` line. Exit 1 when it does not fit."""
-    from . import plan as planner
-    from .gpu import skipped, snapshot
+    from vllm_doctor.capacity import plan as planner
+    from vllm_doctor.capacity.gpu import skipped, snapshot
 
     request = planner.PlanRequest(
         models=list(models or []), configs=list(config), params=params, layers=layers, heads=heads,

@@ -1,0 +1,310 @@
+"""The capacity arithmetic: weights, KV cache memory, bytes per token, tokens and sequences.
+
+Pure functions over numbers and a ModelShape, with no I/O, used by explain, plan and serve alike.
+They follow ../shared/vllm-reference/kv-cache-arithmetic.md (sections 2-5): bytes per token is
+2 x layers x KV heads per rank x head size x bytes per element (MLA: one latent vector per token
+per layer), the cache is total x utilization - weights - overheads, and V1 holds one block back
+(the null block) when it checks that a max-model-len sequence fits.
+
+Units are explicit: GB = 10^9 bytes, GiB = 2^30 bytes, and every printed size names its unit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from vllm_doctor.capacity.modelcfg import DTYPE_BYTES, ModelShape
+
+GB = 10**9
+GIB = 2**30
+UNITS = {
+    "B": 1, "KB": 10**3, "MB": 10**6, "GB": GB, "TB": 10**12,
+    "KIB": 2**10, "MIB": 2**20, "GIB": GIB, "TIB": 2**40,
+}  # fmt: skip
+UNIT_NAMES = {"KIB": "KiB", "MIB": "MiB", "GIB": "GiB", "TIB": "TiB"}
+COUNT_SUFFIX = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+DEFAULT_BLOCK_SIZE = 16  # vLLM's block size on CUDA
+SAFE_UTILIZATION = 0.95  # above this a startup failure becomes an out-of-memory error under traffic
+AGREEMENT_PCT = 10.0  # predicted and logged KV tokens "agree" within this
+
+
+@dataclass(frozen=True)
+class Size:
+    bytes: float
+    unit: str  # the unit the user wrote ("GB" or "GiB"), used to print results
+
+    def __str__(self) -> str:
+        return fmt_size(self.bytes, self.unit)
+
+
+def parse_size(text: str) -> Size:
+    """'80GB' (10^9), '80GiB' (2^30), '512 MiB'. A bare number is refused: the unit decides 7%."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]i?B|B)\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"{text!r} is not a size: write it with a unit, e.g. 80GB (10^9 bytes) or 80GiB (2^30 bytes)")
+    unit = m.group(2).upper()
+    return Size(float(m.group(1)) * UNITS[unit], UNIT_NAMES.get(unit, unit))
+
+
+def parse_count(text: str) -> int:
+    """'7B', '70b', '1.5B', '500M', '7e9', '7000000000' -> parameters."""
+    t = str(text).strip().replace(",", "").replace("_", "")
+    m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)([KMBGT]?)", t, re.IGNORECASE)
+    try:
+        value = float(m.group(1)) * COUNT_SUFFIX.get(m.group(2).upper(), 1) if m else float(t)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a parameter count (e.g. 7B, 70B, 500M, 7e9)") from None
+    if value <= 0:
+        raise ValueError(f"{text!r}: the parameter count must be positive")
+    return int(round(value))
+
+
+def fmt_size(nbytes: float, unit: str = "GB") -> str:
+    scale = UNITS[unit.upper()]
+    value = nbytes / scale
+    digits = 1 if abs(value) >= 10 or unit in ("GB", "GiB") else 2
+    return f"{value:,.{digits}f} {unit}"
+
+
+def fmt_int(n: float | int) -> str:
+    return f"{int(n):,}"
+
+
+def fmt_params(n: float) -> str:
+    return f"{n / 1e9:,.2f}B" if n >= 1e9 else f"{n / 1e6:,.1f}M"
+
+
+def about(n: float) -> str:
+    """A count cut to three significant figures, never rounded up: 442,504 tokens is 'about 442,000'."""
+    if n < 1000:
+        return fmt_int(n)
+    scale = 10 ** (int(math.floor(math.log10(n))) - 2)
+    return fmt_int(int(n) // scale * scale)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bytes
+
+
+def dtype_bytes(name: str | None) -> float | None:
+    if not name:
+        return None
+    return DTYPE_BYTES.get(str(name).lower().removeprefix("torch."))
+
+
+def kv_element_bytes(kv_cache_dtype: str | None, model_dtype: str | None) -> tuple[float, str]:
+    """(bytes per KV element, the dtype it is): --kv-cache-dtype auto means the model's dtype, and
+    vLLM serves a float32 checkpoint in 16 bits unless told otherwise."""
+    kv = str(kv_cache_dtype or "auto").lower()
+    if kv != "auto" and dtype_bytes(kv):
+        return float(dtype_bytes(kv)), kv
+    dtype = str(model_dtype or "bfloat16").lower().removeprefix("torch.")
+    if dtype in ("float32", "float"):
+        dtype = "bfloat16"
+    return float(dtype_bytes(dtype) or 2), dtype
+
+
+def kv_heads_per_rank(shape: ModelShape, tp: int = 1) -> int:
+    """KV heads each GPU holds: split when there are enough, replicated when TP exceeds them; MLA 1."""
+    if shape.use_mla:
+        return 1
+    return max(1, shape.kv_heads // max(1, tp))
+
+
+def kv_bytes_per_token(shape: ModelShape, element_bytes: float, tp: int = 1) -> int:
+    """Bytes of KV cache one token takes on one GPU (all its layers)."""
+    if shape.use_mla:
+        return int(shape.layers * shape.head_dim * element_bytes)
+    return int(2 * shape.layers * kv_heads_per_rank(shape, tp) * shape.head_dim * element_bytes)
+
+
+def sequence_bytes(shape: ModelShape, element_bytes: float, tp: int, max_model_len: int, block_size: int) -> int:
+    """KV bytes one max-length sequence holds on one GPU when sliding-window layers keep only their
+    window (V1's hybrid manager: cdiv(window, block) + 1 blocks); full layers keep every token.
+    Approximate: V1 also keeps the tokens of the batch in flight in the window layers."""
+    per_layer = kv_bytes_per_token(shape, element_bytes, tp) / shape.layers
+    full = cdiv(max_model_len, block_size) * block_size
+    window = min(max_model_len, shape.sliding_window or max_model_len)
+    held = (cdiv(window, block_size) + 1) * block_size if shape.sliding_window else full
+    return int(per_layer * (shape.full_layers * full + shape.sliding_layers * min(held, full)))
+
+
+def kv_formula(shape: ModelShape, element_bytes: float, dtype: str, tp: int = 1) -> str:
+    b = f"{element_bytes:g} B ({dtype})"
+    if shape.use_mla:
+        return f"{shape.layers} layers x ({shape.kv_lora_rank} + {shape.qk_rope_head_dim}) MLA latent x {b}"
+    heads = kv_heads_per_rank(shape, tp)
+    per_rank = f" per GPU at TP {tp}" if tp > 1 and not shape.use_mla else ""
+    return f"2 x {shape.layers} layers x {heads} KV heads{per_rank} x {shape.head_dim} head dim x {b}"
+
+
+def weight_bytes_per_param(dtype: str | None, quant_bits: float | None = None) -> tuple[float, str]:
+    """(bytes per parameter, how it was decided)."""
+    if quant_bits:
+        return quant_bits / 8, f"{quant_bits:g}-bit quantized"
+    b = dtype_bytes(dtype)
+    if b is None or str(dtype).lower() in ("float32", "float"):
+        return 2.0, f"{'bfloat16' if b is None else 'bfloat16 (float32 checkpoint served in 16 bits)'}"
+    return float(b), str(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokens, blocks, sequences
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-int(a) // int(b))
+
+
+def tokens_that_fit(cache_bytes: float, bytes_per_token: int) -> int:
+    return max(0, int(cache_bytes // bytes_per_token)) if bytes_per_token > 0 else 0
+
+
+def blocks_that_fit(cache_bytes: float, bytes_per_token: int, block_size: int) -> int:
+    return max(0, int(cache_bytes // (bytes_per_token * block_size))) if bytes_per_token > 0 else 0
+
+
+def largest_max_model_len(blocks: int, block_size: int, null_block: bool = True) -> int:
+    """The longest sequence the cache holds: V1 keeps one block back as the null block."""
+    return max(0, blocks - (1 if null_block else 0)) * block_size
+
+
+def worst_case_sequences(tokens: int, max_model_len: int) -> int:
+    return int(tokens // max_model_len) if max_model_len else 0
+
+
+def max_len_for(tokens: int, sequences: int, block_size: int) -> int:
+    """The --max-model-len at which `sequences` full-length sequences fit, in whole blocks."""
+    return (int(tokens) // int(sequences)) // block_size * block_size if sequences else 0
+
+
+def blocks_for(tokens: int, block_size: int) -> tuple[int, int]:
+    """(blocks one sequence of `tokens` takes, slots left empty in its last block)."""
+    blocks = cdiv(tokens, block_size)
+    return blocks, blocks * block_size - tokens
+
+
+def sampling_blocks(prompt_tokens: int, samples: int, block_size: int) -> tuple[int, int]:
+    """Prompt blocks for `samples` parallel samples: (each keeps its own copy, all share one)."""
+    blocks, _ = blocks_for(prompt_tokens, block_size)
+    return blocks * samples, blocks
+
+
+def utilization_needed(utilization: float, needed_bytes: float, available_bytes: float, total_bytes: float) -> float:
+    """The fraction at which the cache would have `needed_bytes`, rounded up to 0.01."""
+    want = utilization + (needed_bytes - available_bytes) / total_bytes
+    return math.ceil(round(want * 100, 6)) / 100
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor parallelism
+
+
+def tp_ok(tp: int, heads: int | None, kv_heads: int | None) -> bool:
+    """vLLM's rules: heads divisible by TP; KV heads divisible by TP, or TP by KV heads."""
+    if heads is not None and heads % tp:
+        return False
+    if kv_heads:
+        if kv_heads >= tp and kv_heads % tp:
+            return False
+        if kv_heads < tp and tp % kv_heads:
+            return False
+    return True
+
+
+def valid_tp_sizes(heads: int | None, kv_heads: int | None, limit: int) -> list[int]:
+    return [t for t in range(1, max(1, limit) + 1) if tp_ok(t, heads, kv_heads)]
+
+
+def smallest_tp_that_fits(
+    shape: ModelShape,
+    element_bytes: float,
+    max_model_len: int,
+    block_size: int,
+    kv_room_bytes: float,
+    weights_bytes_per_gpu: float,
+    tp_now: int,
+    sizes: list[int],
+) -> int | None:
+    """The smallest valid TP size above tp_now whose per-GPU cache holds one max-model-len sequence:
+    each GPU then holds 1/TP of the weights (freeing room) and its share of the KV heads."""
+    whole_weights = weights_bytes_per_gpu * tp_now
+    for t in sorted(s for s in sizes if s > tp_now):
+        room = kv_room_bytes + weights_bytes_per_gpu - whole_weights / t
+        bpt = kv_bytes_per_token(shape, element_bytes, t)
+        usable = largest_max_model_len(blocks_that_fit(room, bpt, block_size), block_size)
+        if usable >= max_model_len:
+            return t
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The four steps, and several models on one card
+
+
+@dataclass
+class Step:
+    """One row of the work: what is computed, how, and the result."""
+
+    name: str
+    work: str
+    value: str
+
+
+@dataclass
+class Budget:
+    """The seed's steps for one model on one GPU (per GPU when TP > 1)."""
+
+    total_bytes: float  # one GPU's memory
+    utilization: float
+    weights_bytes: float  # the whole model
+    overhead_bytes: float  # activation peak, non-torch memory, CUDA graphs (per GPU)
+    bytes_per_token: int  # per GPU
+    tp: int = 1
+    block_size: int = DEFAULT_BLOCK_SIZE
+
+    @property
+    def weights_per_gpu(self) -> float:
+        return self.weights_bytes / self.tp
+
+    @property
+    def cache_bytes(self) -> float:
+        return self.total_bytes * self.utilization - self.weights_per_gpu - self.overhead_bytes
+
+    @property
+    def tokens(self) -> int:
+        return tokens_that_fit(self.cache_bytes, self.bytes_per_token)
+
+    @property
+    def blocks(self) -> int:
+        return blocks_that_fit(self.cache_bytes, self.bytes_per_token, self.block_size)
+
+    @property
+    def longest_sequence(self) -> int:
+        return largest_max_model_len(self.blocks, self.block_size)
+
+    def sequences(self, max_model_len: int) -> int:
+        return worst_case_sequences(self.tokens, max_model_len)
+
+    def bytes_for(self, sequences: int, max_model_len: int) -> float:
+        """Memory this model needs to start: weights, overheads, and the KV cache of `sequences`
+        sequences of max_model_len in whole blocks, plus the null block."""
+        kv_blocks = sequences * cdiv(max_model_len, self.block_size) + 1
+        return self.weights_per_gpu + self.overhead_bytes + kv_blocks * self.block_size * self.bytes_per_token
+
+
+def split_card(needs: list[float], total_bytes: float, budget: float) -> list[float] | None:
+    """Fractions of one GPU for several models: each gets what it needs to start plus a share of
+    what is left in proportion to its need, all together within `budget`. None when they do not fit."""
+    minimum = [n / total_bytes for n in needs]
+    if sum(minimum) > budget:
+        return None
+    spare = budget - sum(minimum)
+    whole = sum(minimum) or 1.0
+    # to 0.01, down (the sum stays within the budget) but never below what a model needs to start
+    fractions = [
+        max(math.floor((m + spare * m / whole) * 100 + 1e-9), math.ceil(m * 100 - 1e-9)) / 100 for m in minimum
+    ]
+    return fractions if sum(fractions) <= budget + 1e-9 else None

@@ -1,0 +1,534 @@
+"""`vllm-doctor plan`: the capacity arithmetic before a server starts, from a model's config.json
+(or its shape given by hand) and the GPU's memory, shown step by step with a ready `vllm serve` line.
+
+Build a Plan with make_plan(PlanRequest); render it with to_text / to_markdown / to_json.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_doctor.capacity import arithmetic as cap
+from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_size
+from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
+from vllm_doctor.capacity.modelcfg import QUANT_DEFAULT_BITS, ConfigError, ModelShape, weights_bytes_from_dtypes
+
+SCHEMA = "vllm-doctor/plan/1"
+DEFAULT_TP_LIMIT = 8  # TP sizes listed when the GPU count is unknown
+
+
+class PlanError(Exception):
+    """Input the plan cannot work with; the message is one line."""
+
+
+@dataclass
+class PlanRequest:
+    models: list[str] = field(default_factory=list)  # repo ids or local directories
+    configs: list[str] = field(default_factory=list)  # --config files, one model each
+    params: str | None = None  # by hand: "7B"
+    layers: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    dtype: str | None = None
+    gpu_memory: str = "auto"  # "80GB", "80GiB" or "auto" (NVML)
+    gpus: int | None = None
+    utilization: float = 0.90
+    max_model_len: int | None = None
+    tp: int = 1
+    kv_cache_dtype: str = "auto"
+    quantization: str | None = None
+    target_concurrency: int | None = None
+    block_size: int = cap.DEFAULT_BLOCK_SIZE
+    prompt_len: int | None = None
+    samples: int = 1
+    overhead: str | None = None  # activation peak + non-torch + CUDA graphs, per GPU
+    offline: bool = False
+
+
+@dataclass
+class ModelPlan:
+    name: str
+    shape: ModelShape
+    dtype: str
+    kv_dtype: str
+    element_bytes: float
+    budget: Budget
+    utilization: float
+    max_model_len: int | None
+    max_model_len_from: str  # "--max-model-len" or "the model's maximum"
+    steps: list[Step]
+    valid_tp_sizes: list[int]
+    target_concurrency: int | None
+    serve_command: str
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def sequences(self) -> int | None:
+        return self.budget.sequences(self.max_model_len) if self.max_model_len else None
+
+    @property
+    def max_model_len_for_target(self) -> int | None:
+        if not self.target_concurrency:
+            return None
+        return cap.max_len_for(self.budget.tokens, self.target_concurrency, self.budget.block_size)
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class Plan:
+    gpu_bytes: float
+    gpu_unit: str
+    gpu_source: str
+    gpus: int
+    models: list[ModelPlan]
+    utilization: float
+    block_size: int
+    block_examples: list[Step] = field(default_factory=list)
+    split: list[float] | None = None  # fractions when several models share the card
+    split_failed: bool = False
+    snapshot: GpuSnapshot | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return not self.split_failed and all(m.fits for m in self.models)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the plan
+
+
+def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
+    """Raises PlanError (one line) for input it cannot work with."""
+    _check_numbers(req)
+    shapes = _shapes(req)
+    gpu_bytes, unit, source, snap_notes = _gpu_memory(req, snapshot)
+    present = len(snapshot.devices) if snapshot and snapshot.available else 0
+    gpus = req.gpus or present or req.tp
+    tp_limit = req.gpus or present or max(DEFAULT_TP_LIMIT, req.tp)  # "up to the GPUs present", when known
+    if req.tp > gpus:
+        raise PlanError(f"--tensor-parallel-size {req.tp} needs {req.tp} GPUs; {gpus} given (--gpus) or present (NVML)")
+    overhead = cap.parse_size(req.overhead).bytes if req.overhead else 0.0
+    several = len(shapes) > 1
+    models = [_model_plan(req, name, shape, gpu_bytes, unit, overhead, tp_limit, req.utilization) for name, shape in shapes]
+    plan = Plan(gpu_bytes, unit, source, gpus, models, req.utilization, req.block_size, snapshot=snapshot,
+                notes=snap_notes)  # fmt: skip
+    if not overhead:
+        plan.notes.append(
+            "overheads (activation peak, non-torch memory, CUDA graphs) are not counted: vLLM measures them at "
+            "startup, typically 1-4 GB on a large GPU; pass --overhead 2GB to reserve them"
+        )
+    if several:
+        _split(plan, req, gpu_bytes, unit, overhead, tp_limit)
+    plan.block_examples = _block_examples(req, models[0] if len(models) == 1 else None)
+    return plan
+
+
+def _check_numbers(req: PlanRequest) -> None:
+    if not 0 < req.utilization <= 1:
+        raise PlanError(f"--gpu-memory-utilization {req.utilization} must be in (0, 1]")
+    for flag, value in (("--tensor-parallel-size", req.tp), ("--block-size", req.block_size), ("--samples", req.samples)):
+        if value is not None and value < 1:
+            raise PlanError(f"{flag} must be at least 1")
+
+
+def _shapes(req: PlanRequest) -> list[tuple[str, ModelShape]]:
+    from vllm_doctor.capacity import modelcfg
+
+    by_hand = any(v is not None for v in (req.layers, req.kv_heads, req.head_dim, req.heads))
+    out: list[tuple[str, ModelShape]] = []
+    for ref in req.models:
+        shape, note = modelcfg.load(ref, offline=req.offline)
+        if shape is None:  # explain goes on without a config; a plan cannot
+            why = (note or f"{ref}: no config.json").replace("; going on without the model config", "")
+            raise PlanError(f"{why}; give --config FILE, or the shape with --layers --kv-heads --head-dim --params")
+        out.append((ref, shape))
+    for path in req.configs:
+        try:
+            shape, _ = modelcfg.load(None, config_file=path, offline=req.offline)
+        except ConfigError as e:
+            raise PlanError(str(e)) from None
+        out.append((path, shape))
+    if not out:
+        given = (("--layers", req.layers), ("--kv-heads", req.kv_heads), ("--head-dim", req.head_dim))
+        missing = [flag for flag, value in given if value is None]
+        if missing:
+            raise PlanError(
+                "give a MODEL (repo id or directory), --config FILE, or the shape by hand: "
+                + ", ".join(missing) + " missing"
+            )
+        shape = ModelShape(layers=req.layers, attention_heads=req.heads or 0, kv_heads=req.kv_heads,
+                           head_dim=req.head_dim, name=None, source="given on the command line")  # fmt: skip
+        out.append(("<model>", shape))
+    elif by_hand:
+        for _, shape in out:  # a flag given by hand overrides the config
+            shape.layers = req.layers or shape.layers
+            shape.attention_heads = req.heads or shape.attention_heads
+            shape.kv_heads = req.kv_heads or shape.kv_heads
+            shape.head_dim = req.head_dim or shape.head_dim
+    if req.params:
+        try:
+            count = cap.parse_count(req.params)
+        except ValueError as e:
+            raise PlanError(f"--params {e}") from None
+        for _, shape in out:
+            shape.params, shape.params_source, shape.params_by_dtype = count, "given", None
+    for name, shape in out:
+        if not shape.params:
+            raise PlanError(f"{name}: the parameter count is unknown: pass --params (e.g. 7B)")
+    return out
+
+
+def _gpu_memory(req: PlanRequest, snapshot: GpuSnapshot | None) -> tuple[float, str, str, list[str]]:
+    notes: list[str] = []
+    if str(req.gpu_memory).lower() != "auto":
+        try:
+            size: Size = cap.parse_size(req.gpu_memory)
+        except ValueError as e:
+            raise PlanError(f"--gpu-memory {e}") from None
+        return size.bytes, size.unit, f"--gpu-memory {req.gpu_memory}", notes
+    if snapshot is None or not snapshot.available:
+        reason = snapshot.reason if snapshot else "no GPU snapshot"
+        raise PlanError(f"--gpu-memory auto needs NVML (GPU checks skipped: {reason}); give --gpu-memory 80GB or 80GiB")
+    count = req.gpus or req.tp
+    devices = snapshot.devices[:count]
+    smallest = min(devices, key=lambda d: d.total_mib)
+    for d in devices:
+        if d.used_mib > 0:
+            notes.append(
+                f"GPU {d.index} already has {d.used_mib:,} MiB in use by {len(d.processes)} process(es): vLLM's fraction "
+                f"must shrink to at most {headroom(d):.2f} (free {d.free_mib:,} of {d.total_mib:,} MiB)"
+            )
+    return smallest.total_mib * cap.UNITS["MIB"], "GiB", f"NVML: {smallest.name}, {smallest.total_mib:,} MiB", notes
+
+
+def _weights(req: PlanRequest, shape: ModelShape, dtype: str) -> tuple[float, str]:
+    """(bytes of weights, the work behind it)."""
+    if shape.params_by_dtype and not req.quantization and not req.dtype:
+        parts = " + ".join(f"{fmt_int(n)} {d}" for d, n in sorted(shape.params_by_dtype.items()))
+        return weights_bytes_from_dtypes(shape.params_by_dtype), f"{parts} (safetensors)"
+    bits = None
+    if req.quantization:
+        q = req.quantization.lower()
+        bits = shape.quant_bits if shape.quant_bits else QUANT_DEFAULT_BITS.get(q)
+        if bits is None:
+            raise PlanError(
+                f"--quantization {req.quantization}: bits per weight unknown; "
+                "give a model whose config.json has a quantization_config"
+            )
+    elif shape.quant_bits:
+        bits = shape.quant_bits
+    per_param, how = cap.weight_bytes_per_param(dtype, bits)
+    source = "" if shape.params_source == "given" else f" ({shape.params_source})"
+    return shape.params * per_param, f"{fmt_int(shape.params)} params{source} x {per_param:g} B ({how})"
+
+
+def _model_plan(
+    req: PlanRequest, name: str, shape: ModelShape, gpu_bytes: float, unit: str, overhead: float, tp_limit: int,
+    utilization: float,
+) -> ModelPlan:  # fmt: skip
+    dtype = (req.dtype or shape.dtype or "bfloat16").lower().removeprefix("torch.")
+    if cap.dtype_bytes(dtype) is None:
+        raise PlanError(f"--dtype {dtype}: unknown (bfloat16, float16, float32, fp8)")
+    if req.kv_cache_dtype.lower() != "auto" and cap.dtype_bytes(req.kv_cache_dtype) is None:
+        raise PlanError(f"--kv-cache-dtype {req.kv_cache_dtype}: unknown (auto, fp8, fp8_e4m3, fp8_e5m2)")
+    element_bytes, kv_dtype = cap.kv_element_bytes(req.kv_cache_dtype, dtype)
+    weights, weights_work = _weights(req, shape, dtype)
+    bpt = cap.kv_bytes_per_token(shape, element_bytes, req.tp)
+    budget = Budget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size)
+    length = req.max_model_len or shape.derived_max_model_len
+    length_from = "--max-model-len" if req.max_model_len else "the model's maximum"
+    valid = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, tp_limit)
+    mp = ModelPlan(name, shape, dtype, kv_dtype, element_bytes, budget, utilization, length, length_from, [], valid,
+                   req.target_concurrency, "")  # fmt: skip
+    mp.steps = _steps(mp, weights_work, unit)
+    if budget.cache_bytes <= 0:
+        mp.problems.append(
+            f"no room for the KV cache: the weights ({fmt_size(budget.weights_per_gpu, unit)} per GPU) and overheads "
+            f"take all of {fmt_size(gpu_bytes, unit)} x {utilization:.2f}"
+        )
+    elif length and budget.longest_sequence < length:
+        mp.problems.append(
+            f"one {fmt_int(length)}-token sequence does not fit: the longest is {fmt_int(budget.longest_sequence)} "
+            f"(use --max-model-len {budget.longest_sequence}, --kv-cache-dtype fp8, or a larger TP)"
+        )
+    if req.tp not in valid and (shape.attention_heads or shape.kv_heads):
+        mp.problems.append(f"--tensor-parallel-size {req.tp} does not divide the heads; valid sizes: {_list(valid)}")
+    if shape.derived_max_model_len and length and length > shape.derived_max_model_len:
+        mp.problems.append(
+            f"--max-model-len {fmt_int(length)} is above the model's maximum {fmt_int(shape.derived_max_model_len)} "
+            f"({shape.max_len_key}); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+        )
+    if shape.sliding_layers:
+        mp.notes.append(
+            f"{shape.sliding_layers} of {shape.layers} layers use a {fmt_int(shape.sliding_window)}-token sliding window: "
+            "V1 keeps only the window for them, so more sequences fit than the worst case says"
+        )
+    mp.notes.extend(shape.notes)
+    mp.serve_command = _serve_command(req, mp)
+    return mp
+
+
+def _steps(mp: ModelPlan, weights_work: str, unit: str) -> list[Step]:
+    b, shape = mp.budget, mp.shape
+    per_gpu = f" / TP {b.tp} = {fmt_size(b.weights_per_gpu, unit)} per GPU" if b.tp > 1 else ""
+    steps = [
+        Step("1 weights", weights_work + per_gpu, fmt_size(b.weights_bytes, unit)),
+        Step(
+            "2 KV cache memory",
+            f"{fmt_size(b.total_bytes, unit)} x {mp.utilization:.2f} - {fmt_size(b.weights_per_gpu, unit)} weights"
+            f" - {fmt_size(b.overhead_bytes, unit)} overheads",
+            fmt_size(b.cache_bytes, unit),
+        ),
+        Step(
+            "3 KV bytes per token",
+            cap.kv_formula(shape, mp.element_bytes, mp.kv_dtype, b.tp),
+            f"{fmt_int(b.bytes_per_token)} B",
+        ),
+        Step(
+            "4 tokens that fit",
+            f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(b.bytes_per_token)} B",
+            f"{fmt_int(b.tokens)} (about {cap.about(b.tokens)})",
+        ),
+    ]
+    if mp.max_model_len:
+        steps.append(
+            Step(
+                f"5 sequences at {fmt_int(mp.max_model_len)}",
+                f"{fmt_int(b.tokens)} / {fmt_int(mp.max_model_len)} ({mp.max_model_len_from}), "
+                "every sequence at full length",
+                fmt_int(mp.sequences),
+            )
+        )
+    if mp.max_model_len and shape.sliding_layers:
+        per_seq = cap.sequence_bytes(shape, mp.element_bytes, b.tp, mp.max_model_len, b.block_size)
+        steps.append(
+            Step(
+                f"5b with the {fmt_int(shape.sliding_window)}-token window",
+                f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(per_seq)} B per sequence "
+                f"({shape.sliding_layers} of {shape.layers} layers keep only the window; approximate)",
+                fmt_int(max(0, int(b.cache_bytes // per_seq))),
+            )
+        )
+    steps.append(
+        Step(
+            "longest sequence",
+            f"({fmt_int(b.blocks)} blocks of {b.block_size} - 1 null block) x {b.block_size}",
+            fmt_int(b.longest_sequence),
+        )
+    )
+    target = mp.max_model_len_for_target
+    if mp.target_concurrency:
+        steps.append(
+            Step(
+                f"max-model-len for {mp.target_concurrency} sequences",
+                f"{fmt_int(b.tokens)} / {mp.target_concurrency}, down to whole blocks of {b.block_size}",
+                fmt_int(target),
+            )
+        )
+    return steps
+
+
+def _serve_command(req: PlanRequest, mp: ModelPlan) -> str:
+    length = mp.max_model_len
+    if mp.target_concurrency and mp.max_model_len_for_target and (not length or mp.max_model_len_for_target < length):
+        length = mp.max_model_len_for_target
+    if length and mp.budget.longest_sequence and length > mp.budget.longest_sequence:
+        length = mp.budget.longest_sequence
+    parts = ["vllm", "serve", mp.name]
+    if length:
+        parts += ["--max-model-len", str(length)]
+    parts += ["--gpu-memory-utilization", f"{mp.utilization:.2f}"]
+    if req.tp > 1:
+        parts += ["--tensor-parallel-size", str(req.tp)]
+    if req.dtype:
+        parts += ["--dtype", req.dtype]
+    if req.kv_cache_dtype and req.kv_cache_dtype != "auto":
+        parts += ["--kv-cache-dtype", req.kv_cache_dtype]
+    if req.quantization:
+        parts += ["--quantization", req.quantization]
+    if req.block_size != cap.DEFAULT_BLOCK_SIZE:
+        parts += ["--block-size", str(req.block_size)]
+    return " ".join(shlex.quote(p) if p != "<model>" else p for p in parts)
+
+
+def _split(plan: Plan, req: PlanRequest, gpu_bytes: float, unit: str, overhead: float, tp_limit: int) -> None:
+    """Several models on one card: the fraction each gets, within --gpu-memory-utilization together."""
+    needs = []
+    for mp in plan.models:
+        if not mp.max_model_len:
+            raise PlanError(f"{mp.name}: its maximum length is unknown; give --max-model-len")
+        needs.append(mp.budget.bytes_for(req.target_concurrency or 1, mp.max_model_len))
+    fractions = cap.split_card(needs, gpu_bytes, req.utilization)
+    if fractions is None:
+        plan.split_failed = True
+        need = sum(needs) / gpu_bytes
+        plan.notes.append(
+            f"the models do not fit together: they need {need:.2f} of the card to start, more than "
+            f"--gpu-memory-utilization {req.utilization:.2f}"
+        )
+        return
+    plan.split = fractions
+    plan.models = [
+        _model_plan(req, mp.name, mp.shape, gpu_bytes, unit, overhead, tp_limit, f) for mp, f in zip(plan.models, fractions)
+    ]
+    plan.notes.append(
+        f"fractions sum to {sum(fractions):.2f} of the card (within --gpu-memory-utilization {req.utilization:.2f}); "
+        "start the servers one after another: each checks at startup that its fraction is still free"
+    )
+
+
+def _block_examples(req: PlanRequest, mp: ModelPlan | None) -> list[Step]:
+    b = req.block_size
+    out = []
+    if mp and mp.max_model_len:
+        blocks, wasted = cap.blocks_for(mp.max_model_len, b)
+        out.append(Step(f"a {fmt_int(mp.max_model_len)}-token sequence", f"ceil({fmt_int(mp.max_model_len)} / {b})",
+                        f"{fmt_int(blocks)} blocks, {wasted} slots empty"))  # fmt: skip
+    if req.prompt_len:
+        blocks, wasted = cap.blocks_for(req.prompt_len, b)
+        out.append(Step(f"a {fmt_int(req.prompt_len)}-token prompt", f"ceil({req.prompt_len} / {b})",
+                        f"{blocks} blocks, {wasted} slots empty in the last"))  # fmt: skip
+        if req.samples > 1:
+            unshared, shared = cap.sampling_blocks(req.prompt_len, req.samples, b)
+            out.append(Step(f"{req.samples} samples of that prompt", f"{req.samples} x {blocks} unshared, {blocks} shared",
+                            f"{unshared} blocks unshared vs {shared} shared"))  # fmt: skip
+    return out
+
+
+def _list(values: list[int]) -> str:
+    return ", ".join(map(str, values)) if values else "none"
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+
+def to_dict(plan: Plan) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "fits": plan.fits,
+        "gpu": {
+            "memory_bytes": plan.gpu_bytes,
+            "unit": plan.gpu_unit,
+            "source": plan.gpu_source,
+            "count": plan.gpus,
+            "snapshot": plan.snapshot.to_json() if plan.snapshot else None,
+        },
+        "gpu_memory_utilization": plan.utilization,
+        "block_size": plan.block_size,
+        "models": [_model_dict(m) for m in plan.models],
+        "split": None
+        if plan.split is None
+        else [{"model": m.name, "gpu_memory_utilization": f} for m, f in zip(plan.models, plan.split)],
+        "blocks": [vars(s) for s in plan.block_examples],
+        "notes": plan.notes,
+    }
+
+
+def _model_dict(m: ModelPlan) -> dict[str, Any]:
+    b = m.budget
+    return {
+        "name": m.name,
+        "model": m.shape.to_json(cap.kv_bytes_per_token(m.shape, m.element_bytes, 1)),
+        "dtype": m.dtype,
+        "kv_cache_dtype": m.kv_dtype,
+        "tensor_parallel_size": b.tp,
+        "gpu_memory_utilization": m.utilization,
+        "weights_bytes": b.weights_bytes,
+        "weights_per_gpu_bytes": b.weights_per_gpu,
+        "overhead_bytes": b.overhead_bytes,
+        "cache_bytes": b.cache_bytes,
+        "kv_bytes_per_token": b.bytes_per_token,
+        "tokens": b.tokens,
+        "blocks": b.blocks,
+        "longest_max_model_len": b.longest_sequence,
+        "max_model_len": m.max_model_len,
+        "worst_case_sequences": m.sequences,
+        "target_concurrency": m.target_concurrency,
+        "max_model_len_for_target": m.max_model_len_for_target,
+        "valid_tp_sizes": m.valid_tp_sizes,
+        "serve_command": m.serve_command,
+        "fits": m.fits,
+        "problems": m.problems,
+        "notes": m.notes,
+        "steps": [vars(s) for s in m.steps],
+    }
+
+
+def to_json(plan: Plan) -> str:
+    return json.dumps(to_dict(plan), indent=2) + "\n"
+
+
+def _table(rows: list[tuple[str, str, str]], header: tuple[str, str, str] | None = ("step", "work", "value")) -> list[str]:
+    """Rows of (name, work, value) as aligned text: name, value (right-aligned), then the work."""
+    rows = ([header] if header else []) + rows
+    w0 = max(len(r[0]) for r in rows)
+    w2 = max(len(r[2]) for r in rows)
+    return [f"  {a:<{w0}}  {c:>{w2}}   {b}".rstrip() for a, b, c in rows]
+
+
+def _gpu_line(plan: Plan) -> str:
+    gib, gb = plan.gpu_bytes / cap.GIB, plan.gpu_bytes / cap.GB
+    count = f"{plan.gpus} x " if plan.gpus > 1 else ""
+    return f"GPU: {count}{gb:,.1f} GB = {gib:,.1f} GiB ({plan.gpu_source}); GB = 10^9 bytes, GiB = 2^30 bytes"
+
+
+def to_text(plan: Plan) -> str:
+    out = [f"vllm-doctor plan: {'fits' if plan.fits else 'does not fit'}", _gpu_line(plan)]
+    for m in plan.models:
+        out += ["", _model_title(m)]
+        out += _table([(s.name, s.work, s.value) for s in m.steps])
+        out.append(f"  valid --tensor-parallel-size: {_list(m.valid_tp_sizes)}")
+        out += [f"  problem: {p}" for p in m.problems]
+        out += [f"  note: {n}" for n in m.notes]
+        out += ["  serve:", f"    {m.serve_command}"]
+    if plan.split:
+        out += ["", "Several models on one card:"]
+        out += _table([(m.name, f"{fmt_int(m.budget.tokens)} tokens, {fmt_size(m.budget.cache_bytes, plan.gpu_unit)} cache",
+                        f"{f:.2f}") for m, f in zip(plan.models, plan.split)], ("model", "gets", "fraction"))  # fmt: skip
+    if plan.block_examples:
+        out += ["", f"Blocks (block size {plan.block_size}):"]
+        out += _table([(s.name, s.work, s.value) for s in plan.block_examples], ("example", "work", "blocks"))
+    out += [""] + [f"note: {n}" for n in plan.notes]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _model_title(m: ModelPlan) -> str:
+    s = m.shape
+    bits = [f"{s.layers} layers", f"{s.kv_heads} KV heads" + (f" of {s.attention_heads}" if s.attention_heads else "")]
+    bits.append(f"head dim {s.head_dim}" + (" (MLA)" if s.use_mla else ""))
+    bits.append(f"{cap.fmt_params(s.params)} params ({s.params_source})")
+    title = f"Model {m.name}: " + ", ".join(bits)
+    if s.source and s.source != "given on the command line":
+        title += f"; config: {s.source}"
+    return title
+
+
+def to_markdown(plan: Plan) -> str:
+    out = [f"## vllm-doctor plan: {'fits' if plan.fits else 'does not fit'}", "", _gpu_line(plan), ""]
+    for m in plan.models:
+        out += [f"### {_model_title(m)}", "", "| step | work | value |", "|---|---|---|"]
+        out += [f"| {s.name} | {s.work} | {s.value} |" for s in m.steps]
+        out += ["", f"Valid `--tensor-parallel-size`: {_list(m.valid_tp_sizes)}", ""]
+        out += [f"- **Problem:** {p}" for p in m.problems]
+        out += [f"- Note: {n}" for n in m.notes]
+        out += ["", "```sh", m.serve_command, "```", ""]
+    if plan.split:
+        out += ["### Several models on one card", "", "| model | --gpu-memory-utilization | KV tokens |", "|---|---|---|"]
+        out += [f"| {m.name} | {f:.2f} | {fmt_int(m.budget.tokens)} |" for m, f in zip(plan.models, plan.split)]
+        out.append("")
+    if plan.block_examples:
+        out += [f"### Blocks (block size {plan.block_size})", "", "| example | work | blocks |", "|---|---|---|"]
+        out += [f"| {s.name} | {s.work} | {s.value} |" for s in plan.block_examples]
+        out.append("")
+    out += [f"> Note: {n}" for n in plan.notes]
+    return "\n".join(out).rstrip() + "\n"

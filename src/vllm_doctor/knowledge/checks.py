@@ -1,0 +1,470 @@
+"""The named checks rules ask for: the few computations that turn matched numbers into decisions.
+
+Each check reads the values known so far (facts, the rule's matched groups, earlier checks) and
+returns new named values; rules use them in `when` conditions, summaries and fixes. One explicit
+registry, no discovery.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from typing import TYPE_CHECKING
+
+from vllm_doctor.data import Evidence, Match
+from vllm_doctor.knowledge.facts import KV_NEAR_FULL_PCT, Facts
+
+if TYPE_CHECKING:  # the model and GPU modules load only when a model or GPU is involved
+    from vllm_doctor.capacity.gpu import GpuSnapshot
+    from vllm_doctor.capacity.modelcfg import ModelShape
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM's block size on CUDA when the log does not say
+SAFE_UTILIZATION = 0.95  # above this, a startup failure is traded for a mid-traffic OOM
+RAISE_UTILIZATION_BELOW = 0.90
+MAX_TP_LISTED = 8  # tensor-parallel sizes listed when the GPU count is unknown
+# the CPU attention backend's block size: the lab's 0.32 recordings hold 1 GiB / 131,072 B = 64 blocks
+# of 128 tokens, and the startup check's null block is 128 tokens (8,192 -> 8,064)
+CPU_BLOCK_SIZE = 128
+# startup phases (set by fact rules) after which a CUDA OOM is about the cache, not the weights
+CACHE_PHASES = {"weights_loaded", "profiling", "kv_cache_alloc", "graph_capture", "sampler_warmup"}
+WEIGHT_PHASES = {"weights_loading"}
+COMMON_SEQ_CAPS = {128, 256, 512, 1024}  # --max-num-seqs defaults across versions and GPUs
+
+
+@dataclass
+class Options:
+    target_concurrency: int | None = None
+    target_len: int | None = None
+    model: str | None = None  # --model ID|PATH: the model whose config.json to read (else the log's)
+    config: str | None = None  # --config FILE: this config.json
+    offline: bool = False  # --offline: never touch the network
+    lookup_model: bool = False  # look up the log's model (the CLI turns this on; library callers opt in)
+    gpu: bool = False  # take an NVML snapshot of this machine (the CLI does, unless --no-gpu)
+    # resolved by explain() before the checks run; None when unknown or skipped
+    shape: ModelShape | None = None
+    gpu_snapshot: GpuSnapshot | None = None
+
+
+@dataclass
+class CheckInput:
+    values: dict[str, Any]
+    facts: Facts
+    match: Match | None
+    options: Options = field(default_factory=Options)
+
+    def get(self, *names: str) -> Any:
+        """The first of several names that is known (a matched group or a fact)."""
+        for name in names:
+            value = self.values.get(name)
+            if value is not None:
+                return value
+        return None
+
+
+Check = Callable[[CheckInput], dict[str, Any]]
+
+
+def block_size(inp: CheckInput) -> tuple[int, bool]:
+    """(block size, whether the log said it)."""
+    b = inp.get("block_size", "kv_cache.block_size")
+    if b:
+        return int(b), True
+    version = inp.get("vllm_version")
+    if str(inp.get("device") or "").lower() == "cpu" and version and _version_tuple(version) >= (0, 20):
+        return CPU_BLOCK_SIZE, False
+    return DEFAULT_BLOCK_SIZE, False
+
+
+def is_v1(inp: CheckInput) -> bool:
+    engine = inp.get("engine")
+    if engine:
+        return engine == "V1"
+    version = inp.get("vllm_version")
+    return bool(version) and _version_tuple(version) >= (0, 8, 0)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for p in str(text).split(".")[:3]:
+        digits = "".join(ch for ch in p if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def model_kv(inp: CheckInput) -> tuple[ModelShape, float, str, int, int] | None:
+    """(shape, bytes per KV element, KV dtype, TP, KV bytes per token per GPU) when the model is known."""
+    shape = inp.options.shape
+    if shape is None:
+        return None
+    from vllm_doctor.capacity import arithmetic as cap
+
+    element, dtype = cap.kv_element_bytes(inp.get("kv_cache_dtype"), inp.get("dtype") or shape.dtype)
+    tp = int(inp.get("tp", "tensor_parallel_size") or 1)
+    return shape, element, dtype, tp, cap.kv_bytes_per_token(shape, element, tp)
+
+
+def _from_model(inp: CheckInput) -> dict[str, Any]:
+    """What the model's config adds to kv_fit: bytes per token, the cache one max-length sequence
+    needs, the longest length the available memory holds, and the smallest TP size that fits."""
+    known = model_kv(inp)
+    if known is None:
+        return {}
+    from vllm_doctor.capacity import arithmetic as cap
+
+    shape, element, _dtype, tp, bpt = known
+    bsize, _ = block_size(inp)
+    out: dict[str, Any] = {"kv_bytes_per_token": bpt}
+    length = inp.get("max_model_len")
+    available = inp.get("available_gib", "kv_cache.available_gib")
+    if length:  # private: kv_fit uses it only when the log does not say what one sequence needs
+        out["_model_needed_gib"] = round(cap.cdiv(int(length), bsize) * bsize * bpt / cap.GIB, 2)
+    if available is None:
+        return out
+    room = float(available) * cap.GIB
+    out["_model_fit"] = cap.largest_max_model_len(cap.blocks_that_fit(room, bpt, bsize), bsize, is_v1(inp))
+    if length:
+        weights = inp.get("memory.weights_gib", "weights_gib")
+        if weights is not None:
+            weights_per_gpu = float(weights) * cap.GIB
+        elif shape.params:
+            per_param, _ = cap.weight_bytes_per_param(inp.get("dtype") or shape.dtype, shape.quant_bits)
+            weights_per_gpu = shape.params * per_param / tp
+        else:
+            weights_per_gpu = 0.0
+        sizes = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, _tp_limit(inp, tp))
+        fit_tp = cap.smallest_tp_that_fits(shape, element, int(length), bsize, room, weights_per_gpu, tp, sizes)
+        if fit_tp:
+            out["fit_tp_size"] = fit_tp
+    return out
+
+
+def _tp_limit(inp: CheckInput, tp: int | None) -> int:
+    """TP sizes are listed up to the GPUs present when NVML sees them, else up to 8."""
+    snap = inp.options.gpu_snapshot
+    if snap is not None and snap.available and snap.devices:
+        return len(snap.devices)
+    return max(MAX_TP_LISTED, min(int(tp), 1024) if tp else 0)  # a damaged log's tp=10**20 lists no 10**20 sizes
+
+
+def _gpu_now(inp: CheckInput) -> dict[str, Any]:
+    """Which way to move --gpu-memory-utilization on this machine: other processes holding GPU
+    memory mean vLLM's fraction must shrink to what is free."""
+    snap = inp.options.gpu_snapshot
+    if snap is None or not snap.available or not snap.devices:
+        return {}
+    from vllm_doctor.capacity.gpu import headroom
+
+    busiest = min(snap.devices, key=lambda d: d.free_mib / d.total_mib)
+    out: dict[str, Any] = {
+        "gpu_used_by_others_gib": round(busiest.used_mib / 1024, 2),
+        "gpu_free_utilization": headroom(busiest),
+        "gpu_processes": len(busiest.processes),
+    }
+    util = inp.get("gpu_memory_utilization")
+    if util is not None and busiest.used_mib:
+        out["lower_utilization"] = float(util) > out["gpu_free_utilization"]
+    return out
+
+
+def kv_fit(inp: CheckInput) -> dict[str, Any]:
+    """The largest --max-model-len the cache holds, and whether other levers would reach it."""
+    out: dict[str, Any] = _from_model(inp)
+    out.update(_gpu_now(inp))
+    fit = inp.get("estimated_max_len", "kv_cache.estimated_max_model_len")  # vLLM's own search
+    if fit is None:
+        bsize, known = block_size(inp)
+        tokens = inp.get("kv_tokens")  # V0: "maximum number of tokens that can be stored in KV cache (N)"
+        blocks = inp.get("gpu_blocks", "kv_cache.gpu_blocks")
+        if tokens is not None:
+            fit = (int(tokens) // bsize) * bsize
+        else:
+            if blocks is None and inp.get("kv_cache.tokens") is not None:
+                blocks = int(inp.get("kv_cache.tokens")) // bsize
+            if blocks is not None:
+                usable = int(blocks) - 1 if is_v1(inp) else int(blocks)  # V1 holds back one null block
+                fit = max(0, usable) * bsize
+        if fit is None and out.get("_model_fit") is not None:
+            fit = out["_model_fit"]  # the log gave memory, not tokens: the config's bytes per token
+            out["fit_from"] = "model config"
+        needed, available, length = inp.get("needed_gib"), inp.get("available_gib"), inp.get("max_model_len")
+        if fit is None and needed and available is not None and length:
+            # 0.7-0.9.0 print no estimate: the cache one sequence needs grows with its length
+            fit = int(int(length) * float(available) / float(needed)) // bsize * bsize
+            out["fit_from"] = "needed vs available memory"
+        if fit is not None:
+            out["block_size"] = bsize
+            if not known:
+                out["block_size_assumed"] = True
+    if fit is not None:
+        out["fit_max_model_len"] = int(fit)
+    needed, available = inp.get("needed_gib"), inp.get("available_gib", "kv_cache.available_gib")
+    if needed is None and out.get("_model_needed_gib") is not None:
+        needed = out["needed_gib"] = out["_model_needed_gib"]
+    util = inp.get("gpu_memory_utilization")
+    total = inp.get("memory.total_gib")
+    if needed is not None and available is not None:
+        out["missing_gib"] = round(float(needed) - float(available), 2)
+        kv_dtype = str(inp.get("kv_cache_dtype") or "auto")
+        if not kv_dtype.startswith("fp8"):
+            out["fp8_kv_fits"] = 2 * float(available) >= float(needed)
+        if util is not None and total:
+            want = float(util) + (float(needed) - float(available)) / float(total)
+            out["utilization_needed"] = math.ceil(want * 100) / 100
+            out["utilization_needed_unsafe"] = out["utilization_needed"] > SAFE_UTILIZATION
+    if util is not None:
+        out["can_raise_utilization"] = float(util) < RAISE_UTILIZATION_BELOW
+        out["raised_utilization"] = RAISE_UTILIZATION_BELOW
+    out.pop("_model_fit", None)
+    out.pop("_model_needed_gib", None)
+    return out
+
+
+def tp_sizes(inp: CheckInput) -> dict[str, Any]:
+    """Tensor-parallel sizes that divide what the model splits, by vLLM's rules."""
+    heads = inp.get("heads", "num_attention_heads")
+    kv_heads = inp.get("kv_heads", "num_kv_heads")
+    dimension = inp.get("dimension")
+    tp = inp.get("tp", "tensor_parallel_size")
+    out: dict[str, Any] = {}
+    shape = inp.options.shape
+    if shape is not None:  # the model's config fills what the log does not say
+        if heads is None and shape.attention_heads:
+            heads = out["num_attention_heads"] = shape.attention_heads
+        if kv_heads is None:
+            kv_heads = out["num_kv_heads"] = shape.kv_heads
+    limit = _tp_limit(inp, tp)
+    snap = inp.options.gpu_snapshot
+    if snap is not None and snap.available:
+        out["gpus_present"] = len(snap.devices)
+    if heads is None and kv_heads is None and dimension is None:
+        return out
+
+    from vllm_doctor.capacity.arithmetic import tp_ok
+
+    def ok(t: int) -> bool:
+        if not tp_ok(t, int(heads) if heads is not None else None, int(kv_heads) if kv_heads else None):
+            return False
+        return not (dimension is not None and int(dimension) % t)
+
+    valid = [t for t in range(1, limit + 1) if ok(t)]
+    out["valid_tp_sizes"] = valid
+    if tp is not None:
+        below = [t for t in valid if t < int(tp)]
+        above = [t for t in valid if t > int(tp)]
+        if below:
+            out["tp_below"] = below[-1]
+        if above:
+            out["tp_above"] = above[0]
+    return out
+
+
+def context_limit(inp: CheckInput) -> dict[str, Any]:
+    """The model's derived maximum, as the --max-model-len to use, and whether rope scaling makes
+    going past it reasonable."""
+    derived = inp.get("derived_max_model_len")
+    shape = inp.options.shape
+    out: dict[str, Any] = {}
+    if derived is None and shape is not None and shape.derived_max_model_len:
+        derived = out["derived_max_model_len"] = shape.derived_max_model_len
+        if inp.get("max_len_key") is None:
+            out["max_len_key"] = shape.max_len_key
+    if derived is None:
+        return out
+    out["suggested_max_model_len"] = int(float(derived))
+    requested = inp.get("requested_max_model_len", "max_model_len")
+    if requested is not None:
+        out["over_by"] = int(requested) - out["suggested_max_model_len"]
+    if shape is not None:
+        out.update(rope_advice(shape, int(requested) if requested is not None else None, out["suggested_max_model_len"]))
+    return out
+
+
+# model types whose positions are rotary even when config.json names no rope key
+ROPE_MODEL_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+                    "gemma3_text", "phi3", "deepseek_v2", "deepseek_v3", "internlm2", "yi", "baichuan", "cohere"}  # fmt: skip
+
+
+def rope_advice(shape: ModelShape, requested: int | None, derived: int) -> dict[str, Any]:
+    """Whether a --max-model-len above the derived maximum is reasonable, from config.json's
+    rope_scaling: dynamic scaling stretches on its own; configured scaling is already counted in
+    the maximum; rotary positions without scaling can be extended with YaRN (--hf-overrides)."""
+    rope = shape.rope_scaling or {}
+    rtype = str(rope.get("rope_type") or rope.get("type") or "default")
+    scaled = rtype not in ("default", "none")
+    out: dict[str, Any] = {"model_max_position_embeddings": shape.max_position_embeddings}
+    if scaled:
+        out.update(rope_scaling_type=rtype, rope_scaling_factor=rope.get("factor"))
+    if requested is None or requested <= derived:
+        return out
+    base = shape.max_position_embeddings or derived
+    t = shape.text_config
+    rotary = any(k in t for k in ("rope_theta", "rope_scaling", "rope_parameters", "rotary_dim", "rotary_pct"))
+    if rtype == "dynamic":
+        out["rope_override_reasonable"] = True
+        out["rope_note"] = "dynamic rope scaling stretches past the trained length by itself"
+    elif scaled:
+        out["rope_override_reasonable"] = False
+        out["rope_note"] = f"rope scaling ({rtype}, factor {rope.get('factor')}) is already counted in the {derived}-token maximum"
+    elif rotary or shape.model_type in ROPE_MODEL_TYPES:
+        factor = math.ceil(requested / base)
+        out["rope_override_reasonable"] = False
+        out["rope_factor_needed"] = factor
+        out["rope_hf_overrides"] = (
+            '{"rope_scaling": {"rope_type": "yarn", "factor": %.1f, "original_max_position_embeddings": %d}, '
+            '"max_position_embeddings": %d}' % (factor, base, base * factor)
+        )
+        out["rope_note"] = (
+            f"no rope scaling in config.json: the model was trained to {base} tokens and degrades past it; "
+            f"YaRN scaling with factor {factor} extends it"
+        )
+    else:
+        out["rope_override_reasonable"] = False
+        out["rope_note"] = "the model's positions are not rotary: it cannot attend past its maximum"
+    return out
+
+
+def request_limit(inp: CheckInput) -> dict[str, Any]:
+    """How far a rejected request was over the server's limit."""
+    limit = inp.get("limit", "max_model_len")
+    prompt = inp.get("prompt_tokens")
+    total = inp.get("total_tokens")
+    out: dict[str, Any] = {}
+    if limit is not None and (prompt is not None or total is not None):
+        out["over_by"] = int(total if total is not None else prompt) - int(limit)
+        if prompt is not None and int(prompt) < int(limit):
+            out["max_tokens_allowed"] = int(limit) - int(prompt)
+    return out
+
+
+def queue_kind(inp: CheckInput) -> dict[str, Any]:
+    """Why requests wait: a full KV cache, the sequence cap, a stall, or deferred (LoRA/transfer)."""
+    s = inp.facts.stats
+    out: dict[str, Any] = {
+        "stats_samples": s.samples,
+        "waiting_max": s.waiting_max,
+        "waiting_samples": s.waiting_samples,
+        "kv_usage_max_pct": s.kv_usage_max_pct,
+        "waiting_kv_max_pct": s.waiting_kv_max_pct,
+        "kv_near_full_pct": KV_NEAR_FULL_PCT,
+        "preemptions": s.preemptions,
+        "full_run_max": s.full_run_max,
+    }
+    if s.waiting_running_max is not None:
+        out["running_while_waiting_max"] = s.waiting_running_max
+    out["_evidence"] = [Evidence(line, text, source) for line, source, text in s.evidence[:4]]
+    preempted = bool(s.preemptions)
+    policy = str(inp.get("scheduling_policy") or "")
+    if s.waiting_full or (preempted and policy != "priority"):
+        out["queue_kind"] = "cache-full"
+    elif preempted and policy == "priority":
+        out["queue_kind"] = "priority"
+    elif s.waiting_samples >= 2 or (s.waiting_max or 0) >= 4:
+        max_seqs = inp.get("max_num_seqs")
+        if s.deferred_max or inp.get("enable_lora"):
+            out["queue_kind"] = "deferred"
+        elif s.waiting_idle == s.waiting_samples or s.idle_run >= 2:
+            out["queue_kind"] = "stall"  # nothing runs while requests wait, at least at the end
+        elif max_seqs and (s.waiting_running_max or 0) >= int(max_seqs):
+            out["queue_kind"] = "sequence-cap"
+        elif s.waiting_running_min == s.waiting_running_max and s.waiting_running_max in COMMON_SEQ_CAPS:
+            out["queue_kind"] = "sequence-cap"  # a steady count at a default --max-num-seqs
+        elif s.waiting_running_min == s.waiting_running_max:
+            out["queue_kind"] = "sequence-cap"
+            out["confidence"] = "medium"
+        else:
+            out["queue_kind"] = "batch-limit"
+            out["confidence"] = "medium"
+    return out
+
+
+def oom_phase(inp: CheckInput) -> dict[str, Any]:
+    """Whether an out-of-memory error came while loading weights or after (profiling, cache, graphs)."""
+    match = inp.match
+    if match is None:
+        return {}
+    phase = None
+    where = match.evidence[0].source if match.evidence else 0
+    for line, source, name, _process in inp.facts.phases:
+        if source == where and line <= match.first_line:
+            phase = name  # the latest phase that began before the error
+    if phase in WEIGHT_PHASES:
+        return {"oom_phase": "weights", "oom_phase_name": phase}
+    if phase in CACHE_PHASES:
+        return {"oom_phase": "cache", "oom_phase_name": phase}
+    return {"oom_phase": "unknown", "confidence": "low"}
+
+
+def gpu_headroom(inp: CheckInput) -> dict[str, Any]:
+    """The --gpu-memory-utilization that fits in what is actually free."""
+    free, total = inp.get("free_gib"), inp.get("total_gib")
+    if free is None or not total:
+        return {}
+    fraction = math.floor((float(free) / float(total) - 0.02) * 100) / 100
+    return {
+        "held_by_others_gib": round(float(total) - float(free), 2),
+        "suggested_utilization": max(0.05, fraction),
+    }
+
+
+def shutdown(inp: CheckInput) -> dict[str, Any]:
+    """Whether the matched line came during a shutdown, and whether the shutdown finished."""
+    at = inp.match.first_line if inp.match else 0
+    started = any(name == "shutdown_started" and line < at for line, _s, name, _p in inp.facts.phases)
+    done = any(name == "shutdown_complete" and line > at for line, _s, name, _p in inp.facts.phases)
+    return {"during_shutdown": started, "shutdown_completed": done}
+
+
+def concurrency_budget(inp: CheckInput) -> dict[str, Any]:
+    """KV tokens, the worst-case sequences at max-model-len, and a target the operator names."""
+    bsize, known = block_size(inp)
+    tokens = inp.get("kv_cache.tokens")
+    out: dict[str, Any] = {}
+    if tokens is None:
+        blocks = inp.get("kv_cache.gpu_blocks")
+        if blocks is None:
+            return out
+        tokens = int(blocks) * bsize
+        out["tokens_from_blocks"] = True
+        if not known:
+            out["block_size_assumed"] = bsize
+    out["kv_tokens"] = int(tokens)
+    length = inp.get("max_model_len", "kv_cache.concurrency_tokens")
+    if length:
+        out["max_model_len"] = int(length)
+        out["worst_case_sequences"] = int(tokens) // int(length)
+        printed = inp.get("kv_cache.max_concurrency")
+        if printed is not None and inp.get("kv_cache.concurrency_tokens") in (None, int(length)):
+            # vLLM's own figure: hybrid and sliding-window models hold more than tokens / length
+            out["worst_case_sequences"] = int(float(printed))
+    target = inp.options.target_concurrency
+    if target:
+        target_len = inp.options.target_len or length
+        if target_len:
+            need = int(target) * int(target_len)
+            out.update(
+                target_concurrency=int(target),
+                target_len=int(target_len),
+                target_tokens=need,
+                can_hold_target=int(tokens) >= need,
+                missing_tokens=max(0, need - int(tokens)),
+                target_max_model_len=(int(tokens) // int(target)) // bsize * bsize,
+            )
+    return out
+
+
+CHECKS: dict[str, Check] = {
+    "kv_fit": kv_fit,
+    "tp_sizes": tp_sizes,
+    "context_limit": context_limit,
+    "request_limit": request_limit,
+    "queue_kind": queue_kind,
+    "oom_phase": oom_phase,
+    "gpu_headroom": gpu_headroom,
+    "shutdown": shutdown,
+    "concurrency_budget": concurrency_budget,
+}

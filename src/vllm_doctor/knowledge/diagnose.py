@@ -1,0 +1,105 @@
+"""Turn matches and facts into ranked diagnoses: the cause first, wrappers as its context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_doctor.matching import expr
+from vllm_doctor.knowledge.checks import CHECKS, CheckInput, Options
+from vllm_doctor.data import SEVERITIES, Diagnosis, FixOut, Match, Rule
+from vllm_doctor.knowledge.facts import Facts
+
+_SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+def diagnose(rules: list[Rule], matches: dict[str, Match], facts: Facts, options: Options | None = None) -> list[Diagnosis]:
+    options = options or Options()
+    base = facts.flat()
+    found: list[Diagnosis] = []
+    for rule in rules:
+        if rule.kind != "diagnosis":
+            continue
+        match = matches.get(rule.id)
+        if rule.patterns and match is None:
+            continue
+        d = _build(rule, match, base, facts, options)
+        if d is not None:
+            found.append(d)
+    return rank(found)
+
+
+def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: Options) -> Diagnosis | None:
+    groups = dict(match.groups) if match else {}
+    values: dict[str, Any] = {**base, **groups}
+    computed: dict[str, Any] = {}
+    evidence = list(match.evidence) if match else []
+    confidence = rule.confidence
+    for name in rule.checks:
+        try:
+            result = CHECKS[name](CheckInput(values, facts, match, options))
+        except (ArithmeticError, ValueError, TypeError):  # numbers a damaged log made absurd
+            result = {}
+        evidence = evidence or result.pop("_evidence", [])
+        result.pop("_evidence", None)
+        if "confidence" in result:
+            confidence = _lower(confidence, result.pop("confidence"))
+        computed.update(result)
+        values.update(result)
+    if rule.when and not expr.Condition(rule.when)(values):
+        return None
+    summary = next((s for s in (expr.render(t, values) for t in rule.summary) if s is not None), rule.title)
+    fixes: list[FixOut] = []
+    used: set[str] = set()
+    for fix in rule.fixes:
+        if fix.when and not expr.Condition(fix.when)(values):
+            continue
+        action = expr.render(fix.action, values)
+        why = expr.render(fix.why, values)
+        value = expr.render(fix.value, values) if fix.value else None
+        if action is None or why is None or (fix.value and value is None):
+            continue  # a fix whose numbers are unknown gives way to its generic sibling
+        used |= expr.template_names(fix.action) | expr.template_names(fix.why)
+        fixes.append(FixOut(rank=len(fixes) + 1, action=action, flag=fix.flag, value=value, why=why))
+    for t in rule.summary:
+        if expr.render(t, values) is not None:
+            used |= expr.template_names(t)
+            break
+    numbers = {**groups, **computed}
+    for name in sorted(used):
+        if name not in numbers and values.get(name) is not None:
+            numbers[name] = values[name]
+    return Diagnosis(
+        rule=rule.id,
+        category=rule.category or "",
+        severity=rule.severity,
+        confidence=confidence,
+        title=rule.title,
+        summary=summary,
+        explanation=rule.explanation,
+        evidence=evidence,
+        numbers=numbers,
+        fixes=fixes,
+        priority=rule.priority,
+        wrapper=rule.wrapper,
+        first_line=match.first_line if match else (evidence[0].line if evidence else 0),
+    )
+
+
+def _lower(a: str, b: str) -> str:
+    order = ("high", "medium", "low")
+    return order[max(order.index(a), order.index(b))]
+
+
+def _key(d: Diagnosis):
+    return (_SEVERITY_RANK[d.severity], -d.priority, d.first_line)
+
+
+def rank(found: list[Diagnosis]) -> list[Diagnosis]:
+    """Most important first; a wrapper error yields to any real cause and becomes its context."""
+    wrappers = [d for d in found if d.wrapper]
+    causes = sorted((d for d in found if not d.wrapper), key=_key)
+    if causes and causes[0].severity == "blocker" and wrappers:
+        for w in wrappers:
+            causes[0].context.extend(w.evidence[:2])
+        return causes
+    return sorted(found, key=_key)

@@ -1,0 +1,238 @@
+"""Run the rules over candidate lines: fill the facts, collect what each diagnosis rule matched.
+
+The engine knows nothing about vLLM. A rule is tried only on lines that hold one of its anchors;
+when its pattern does not match the line alone, it is tried again on the line joined to its
+neighbours (up to five lines on), which undoes terminal hard-wraps and split messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from time import perf_counter
+from typing import Any
+
+from vllm_doctor.data import Evidence, Line, Match, Rule
+from vllm_doctor.knowledge.facts import ARGS, STATS_FIELDS, Facts, convert, number
+from vllm_doctor.read.prefilter import Prefilter
+from vllm_doctor.matching.loader import compile_regex
+
+MAX_EVIDENCE = 6  # evidence lines kept per rule
+EVIDENCE_CHARS = 400
+REGEX_TIMEOUT = 1.0  # seconds one pattern may spend on one text (ReDoS guard)
+RULE_BUDGET = 5.0  # seconds one rule may spend matching over a whole input; then it is dropped
+JOIN_AFTER = 5  # following lines a wrapped or split message may continue on
+
+
+class Engine:
+    def __init__(self, rules: list[Rule]):
+        self.rules = rules
+        anchors: dict[str, int] = {}
+        by_anchor: list[list[int]] = []
+        for index, rule in enumerate(rules):
+            for a in rule.anchors:
+                if a not in anchors:
+                    anchors[a] = len(anchors)
+                    by_anchor.append([])
+                by_anchor[anchors[a]].append(index)
+        self.prefilter = Prefilter(anchors)
+        self._by_anchor = by_anchor
+        self._compiled: dict[int, list] = {}
+        self.timeouts = 0
+        self._spent: dict[int, float] = {}  # matching time per rule (a hostile log can make a
+        self.dropped: list[str] = []  # slow pattern slow on every line: past RULE_BUDGET it stops)
+
+    def _patterns(self, index: int) -> list:
+        compiled = self._compiled.get(index)
+        if compiled is None:
+            compiled = [
+                (compile_regex(p.regex), compile_regex(p.unless) if p.unless else None, p.level)
+                for p in self.rules[index].patterns
+            ]
+            self._compiled[index] = compiled
+        return compiled
+
+    def run(self, lines: Iterable[Line], facts: Facts) -> dict[str, Match]:
+        """Feed every candidate line through the rules; returns diagnosis matches by rule id."""
+        matches: dict[str, Match] = {}
+        covered: dict[int, tuple[int, int]] = {}  # rule index -> (source, last line used by a match)
+        for prev, line, nexts in _neighbourhoods(lines):
+            if not line.hit:
+                continue
+            candidates = sorted({r for a in line.anchors for r in self._by_anchor[a]})
+            for index in candidates:
+                done = covered.get(index)
+                floor = done[1] if done and done[0] == line.source else 0
+                if line.no <= floor:
+                    continue
+                used = self._match_rule(index, prev, line, nexts, floor, facts, matches)
+                if used:
+                    covered[index] = (line.source, used)
+        return matches
+
+    def _match_rule(self, index, prev, line, nexts, floor, facts, matches) -> int:
+        """Try one rule around one line; returns the last line number used, 0 when no match.
+
+        Patterns go in the rule's order, each over every window, so a rule's full pattern on
+        the joined lines of a wrapped message wins over its short fallback on one line (which
+        would lose the message's numbers)."""
+        rule = self.rules[index]
+        texts = _Cached(_texts(_windows(prev, line, nexts, floor)))
+        for pattern in self._patterns(index):
+            for window, text in texts:
+                found = self._search(index, pattern, text, window[0].level)
+                if found:
+                    self._record(rule, found, window, facts, matches)
+                    return window[-1].no
+        return 0
+
+    def _search(self, index: int, pattern, text: str, level: str | None) -> list[dict[str, Any]]:
+        rx, unless, want_level = pattern
+        spent = self._spent.get(index, 0.0)
+        if spent > RULE_BUDGET or (want_level and level != want_level):
+            return []
+        rule = self.rules[index]
+        start = perf_counter()
+        try:
+            if rule.kind == "fact":
+                ms = list(rx.finditer(text, timeout=REGEX_TIMEOUT))
+            else:
+                m = rx.search(text, timeout=REGEX_TIMEOUT)
+                ms = [m] if m else []
+            if ms and unless is not None and unless.search(text, timeout=REGEX_TIMEOUT):
+                ms = []
+        except TimeoutError:
+            self.timeouts += 1
+            return []
+        finally:
+            spent += perf_counter() - start
+            self._spent[index] = spent
+            if spent > RULE_BUDGET and rule.id not in self.dropped:
+                self.dropped.append(rule.id)
+                self.timeouts += 1
+        return [{k: v for k, v in m.groupdict().items() if v is not None} for m in ms]
+
+    def _record(self, rule: Rule, found: list[dict[str, str]], window: list[Line], facts: Facts, matches) -> None:
+        line = window[0]
+        for groups in found:
+            _fill_facts(rule, groups, line, facts)
+        if rule.kind == "fact":
+            return
+        match = matches.get(rule.id)
+        if match is None:
+            match = matches[rule.id] = Match(rule=rule, first_line=line.no)
+        for k, v in found[0].items():  # the first match's numbers; later ones fill what it lacked
+            match.groups.setdefault(k, number(v))
+        match.count += 1
+        for w in window:
+            if len(match.evidence) < MAX_EVIDENCE and not any(
+                e.line == w.no and e.source == w.source for e in match.evidence
+            ):
+                match.evidence.append(Evidence(w.no, w.raw.strip()[:EVIDENCE_CHARS], w.source))
+
+
+def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) -> None:
+    if rule.series:
+        sample = {}  # typed per field: a mangled line's "99.x%" or 5000-digit count is no value
+        for group, text in groups.items():
+            name = rule.facts.get(group)
+            value = convert(STATS_FIELDS[name], text) if name else None
+            if value is not None:
+                sample[name] = value
+        facts.stats.add(sample, line.no, line.source, line.raw.strip()[:EVIDENCE_CHARS])
+    else:
+        for group, value in groups.items():
+            name = rule.facts.get(group)
+            if name == ARGS:
+                facts.set_args(value, line.no)
+            elif name is not None:
+                facts.set(name, value, line.no)
+    if rule.phase:
+        facts.phases.append((line.no, line.source, rule.phase, line.process))
+
+
+def _windows(prev: Line | None, line: Line, nexts: list[Line], floor: int) -> Iterator[list[Line]]:
+    """The line alone, then joined with its neighbours: the lines a wrapped or split message
+    spans. Never reuses lines already matched, nor mixes two processes' interleaved lines."""
+    yield [line]
+    after: list[Line] = []
+    for n in nexts:
+        if n.source != line.source or n.no != line.no + len(after) + 1 or not _same_process(line, n):
+            break
+        after.append(n)
+    before = prev
+    if before and (before.source != line.source or before.no != line.no - 1 or before.no <= floor
+                   or not _same_process(before, line)):  # fmt: skip
+        before = None
+    tail = before is not None and _is_tail(line, before)
+    if tail:
+        yield [before, line]  # this line is the rest of the one before: join backwards first
+    if after:
+        yield [line, after[0]]
+    if before:
+        if not tail:
+            yield [before, line]
+        if after:
+            yield [before, line, after[0]]
+    for k in range(2, len(after) + 1):
+        if k > 2 and not _bare(after[k - 1]):
+            break  # past three lines, only lines that lost their prefix still belong to the message
+        yield [line, *after[:k]]
+        if before:
+            yield [before, line, *after[:k]]
+
+
+def _texts(windows: Iterator[list[Line]]) -> Iterator[tuple[list[Line], str]]:
+    """Each window's lines joined as a terminal hard-wrap split them (glued as is), then as a
+    message split at spaces (pieces stripped, one space between)."""
+    for window in windows:
+        texts = [w.text for w in window]
+        yield window, "".join(texts)
+        if len(window) > 1:
+            yield window, " ".join(t.strip() for t in texts)
+
+
+class _Cached:
+    """An iterator that can be walked again: what was already produced is replayed, the rest is
+    produced on demand (most lines match on the first try, and never join their neighbours)."""
+
+    def __init__(self, it: Iterator):
+        self._it, self._seen = it, []
+
+    def __iter__(self):
+        yield from self._seen
+        for item in self._it:
+            self._seen.append(item)
+            yield item
+
+
+def _same_process(a: Line, b: Line) -> bool:
+    return a.process is None or b.process is None or a.process == b.process
+
+
+def _bare(line: Line) -> bool:
+    return line.level is None and line.process is None
+
+
+def _is_tail(line: Line, before: Line) -> bool:
+    """A line without a prefix after one with a prefix, starting mid-sentence: a wrapped remainder."""
+    if not _bare(line) or _bare(before):
+        return False
+    head = line.text[:1]
+    return bool(head) and (head.islower() or head in " ,.;:)]'\"")
+
+
+def _neighbourhoods(lines: Iterable[Line], after: int = JOIN_AFTER) -> Iterator[tuple[Line | None, Line, list[Line]]]:
+    """(previous line, line, next lines) for every line, streaming."""
+    size = after + 2
+    buf: list[Line] = []
+    for line in lines:
+        buf.append(line)
+        if len(buf) > size:
+            del buf[0]
+        if len(buf) >= after + 1:
+            centre = len(buf) - after - 1
+            yield (buf[centre - 1] if centre > 0 else None), buf[centre], buf[centre + 1 :]
+    # the last lines (or all of a short input) have not been a centre yet
+    start = max(0, len(buf) - after)
+    for centre in range(start, len(buf)):
+        yield (buf[centre - 1] if centre > 0 else None), buf[centre], buf[centre + 1 :]

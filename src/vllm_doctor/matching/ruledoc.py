@@ -1,0 +1,106 @@
+"""A rule's documentation, generated from its file, and the on-demand rule check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vllm_doctor.data import Rule
+from vllm_doctor.matching.loader import RuleError, compile_regex, load_file, rule_files
+
+
+def document(rule: Rule) -> str:
+    out = [f"{rule.id}: {rule.title}", ""]
+    if rule.kind == "diagnosis":
+        out.append(f"category {rule.category} · severity {rule.severity} · confidence {rule.confidence}")
+    else:
+        out.append("fact rule: fills facts, reports nothing by itself")
+    out += ["", "What it means", "", _indent(rule.explanation), ""]
+    if rule.patterns:
+        out += ["What it matches", ""]
+        for p in rule.patterns:
+            span = _span(p.since, p.until)
+            out.append(f"  - {p.regex}")
+            details = [x for x in (span, f"from {p.source}" if p.source else "", f"{p.level} lines" if p.level else "") if x]
+            if details:
+                out.append(f"    ({'; '.join(details)})")
+            if p.example:
+                out.append(f"    e.g. {p.example}")
+        out.append("")
+    if rule.facts:
+        out += ["Facts it fills", ""] + [f"  - {g} -> {f}" for g, f in rule.facts.items()] + [""]
+    if rule.checks or rule.when:
+        out += ["Checks", ""]
+        out += [f"  - {c}" for c in rule.checks]
+        if rule.when:
+            out.append(f"  - fires when: {rule.when}")
+        out.append("")
+    if rule.fixes:
+        out += ["Fixes, in order", ""]
+        for i, f in enumerate(rule.fixes, 1):
+            cond = f"  [when {f.when}]" if f.when else ""
+            out.append(f"  {i}. {f.action}{cond}")
+            out.append(f"     {f.why}")
+        out.append("")
+    if rule.references:
+        out += ["References", ""] + [f"  - {r}" for r in rule.references] + [""]
+    out.append(f"Defined in {rule.path}")
+    return "\n".join(out)
+
+
+def _span(since: str | None, until: str | None) -> str:
+    if since and until:
+        return f"vLLM {since} to before {until}"
+    if since:
+        return f"vLLM {since} and later"
+    if until:
+        return f"vLLM before {until}"
+    return ""
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" if line else "" for line in text.strip().splitlines())
+
+
+def problems_in(rule: Rule) -> list[str]:
+    """What loading does not catch: examples that their own pattern does not match, and
+    patterns that a hostile line makes backtrack for too long (timed: redos.probe)."""
+    from vllm_doctor.matching.redos import PROBE_BUDGET, PROBE_SIZE, probe
+
+    out = []
+    for i, p in enumerate(rule.patterns):
+        for key, text in (("regex", p.regex), ("unless", p.unless)):
+            slow = probe(compile_regex(text), text, rule.anchors, p.example) if text else None
+            if slow:
+                what, took = slow
+                out.append(
+                    f"{rule.path}: key 'patterns[{i}].{key}': backtracks catastrophically: {took:.2f} s "
+                    f"(over {PROBE_BUDGET} s) on a {PROBE_SIZE // 1024} KiB line of {what}; bound its "
+                    "repeats ({0,200} instead of * or +) or anchor them"
+                )
+        if p.example is None:
+            continue
+        if not compile_regex(p.regex).search(p.example, timeout=1.0):
+            out.append(f"{rule.path}: key 'patterns[{i}].example': the pattern does not match its own example")
+        elif p.unless and compile_regex(p.unless).search(p.example, timeout=1.0):
+            out.append(f"{rule.path}: key 'patterns[{i}].unless': voids the pattern's own example")
+    return out
+
+
+def check_dir(directory: Path) -> tuple[list[str], int]:
+    """Every problem in every rule file of a directory, and how many files were read."""
+    if not directory.is_dir():
+        return [f"{directory}: not a directory of rule files"], 0
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    files = rule_files(directory)
+    for path in files:
+        try:
+            rule = load_file(path)
+        except RuleError as e:
+            problems.append(str(e))
+            continue
+        if rule.id in seen:
+            problems.append(f"{path}: key 'id': {rule.id!r} is also defined in {seen[rule.id]}")
+        seen[rule.id] = str(path)
+        problems += problems_in(rule)
+    return problems, len(files)

@@ -1,0 +1,136 @@
+"""The explain pipeline as a library call: paths in, a Report out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from vllm_doctor.read import logread
+from vllm_doctor.matching import loader as rules_mod
+from vllm_doctor.knowledge.checks import DEFAULT_BLOCK_SIZE, CheckInput, Options, concurrency_budget
+from vllm_doctor.data import MODEL_SHAPE_KEYS, Report, Rule
+from vllm_doctor.knowledge.diagnose import diagnose
+from vllm_doctor.matching.engine import Engine
+from vllm_doctor.knowledge.facts import Facts
+
+
+def load_rules(extra_dirs: Iterable[Path] = ()) -> list[Rule]:
+    return rules_mod.load(list(extra_dirs))
+
+
+def explain(paths: list[str], rules: list[Rule] | None = None, options: Options | None = None) -> Report:
+    """Read the logs, match the rules, and diagnose. Raises logread.ReadError for unreadable input."""
+    rules = rules if rules is not None else load_rules()
+    options = options or Options()
+    engine = Engine(rules)
+    stats = logread.ReadStats()
+    facts = Facts()
+    matches = engine.run(logread.read(paths, engine.prefilter, stats), facts)
+    _derive(facts)
+    options, model_note = with_model_and_gpu(facts, options)
+    diagnoses = diagnose(rules, matches, facts, options)
+    report_facts = facts.to_json()
+    budget = concurrency_budget(CheckInput(facts.flat(), facts, None, options))
+    if budget:
+        report_facts["concurrency"] = budget
+    report_facts.update(model_facts(facts, options, model_note))
+    warnings = list(stats.warnings)
+    if engine.dropped:
+        warnings.append(f"rules dropped for matching too slowly on this input: {', '.join(engine.dropped)}")
+    if engine.timeouts > len(engine.dropped):
+        warnings.append(f"{engine.timeouts - len(engine.dropped)} pattern match(es) gave up after the regex time limit")
+    return Report(
+        paths=list(paths),
+        lines=stats.lines,
+        status=status(diagnoses, bool(facts.values or facts.stats.samples or matches)),
+        diagnoses=diagnoses,
+        facts=report_facts,
+        warnings=warnings,
+    )
+
+
+def with_model_and_gpu(facts: Facts, options: Options) -> tuple[Options, str | None]:
+    """Options with the model's shape (from --config, --model, or the model the log names) and this
+    machine's GPU snapshot filled in, and the one-line reason when there is no shape.
+    Raises modelcfg.ConfigError only for an explicit --config that cannot be read."""
+    shape, note = None, None
+    ref = options.model or (facts.get("model") if options.lookup_model or options.config else None)
+    from_log = not options.model and not options.config
+    if from_log and ref and "/" not in ref and not _exists(ref):
+        # a bare word from the log is likelier a misread line than a repo id: no Hub request for it
+        note = f"{ref!r} (the log's model name) is not a repo id (org/name) or a local path; pass --model or --config"
+    elif from_log and ref and ref.startswith(("/", "./", "../", "~")) and not _exists(ref):
+        note = f"{ref} (the log's model path) is not on this machine; pass --model or --config"
+    elif options.config or options.model or options.lookup_model:
+        from vllm_doctor.capacity import modelcfg
+
+        shape, note = modelcfg.load(ref, options.config, options.offline, facts.get("vllm_version"))
+        if shape is not None and facts.get("model"):
+            shape.name = facts.get("model")  # the model the log served; shape.source says where its config came from
+    else:
+        note = "not looked up (pass --model ID|PATH or --config FILE)"
+    if options.gpu_snapshot is not None:
+        gpu = options.gpu_snapshot  # taken by the caller (serve, tests with a fake NVML adapter)
+    elif options.gpu:
+        from vllm_doctor.capacity.gpu import snapshot
+
+        gpu = snapshot()
+    else:
+        from vllm_doctor.capacity.gpu import skipped
+
+        gpu = skipped("not requested (--no-gpu)")
+    return replace(options, shape=shape, gpu_snapshot=gpu), note
+
+
+def model_facts(facts: Facts, options: Options, model_note: str | None) -> dict:
+    """facts.model_shape, facts.capacity and facts.gpu of the report.
+
+    facts.model stays the model's name, as report/1 has it; its shape goes beside it."""
+    from vllm_doctor.knowledge.checks import model_kv
+    from vllm_doctor.knowledge.crosscheck import cross_check
+    inp = CheckInput(facts.flat(), facts, None, options)
+    shape = options.shape
+    if shape is not None:
+        from vllm_doctor.capacity import arithmetic as cap
+
+        known = model_kv(inp)
+        model = shape.to_json(cap.kv_bytes_per_token(shape, known[1], 1) if known else None)
+        model["note"] = model_note
+    else:
+        model = dict.fromkeys(MODEL_SHAPE_KEYS)
+        model["name"] = options.model or facts.get("model")
+        model["note"] = model_note
+    gpu = options.gpu_snapshot.to_json() if options.gpu_snapshot else {"available": False, "reason": None, "devices": []}
+    return {"model_shape": model, "capacity": cross_check(inp, model_note).to_json(), "gpu": gpu}
+
+
+def _derive(facts: Facts) -> None:
+    """Facts that follow from others: KV tokens from blocks when vLLM printed only blocks
+    (V0), at vLLM's default block size when the log does not give one."""
+    blocks = facts.get("kv_cache.gpu_blocks")
+    if facts.get("kv_cache.tokens") is None and blocks is not None:
+        size = facts.get("kv_cache.block_size")
+        where = facts.where.get("kv_cache.gpu_blocks", 0)
+        facts.set("kv_cache.tokens", blocks * (size or DEFAULT_BLOCK_SIZE), where)
+        facts.set("kv_cache.tokens_from", "blocks x block_size" if size else "blocks x default block_size 16", where)
+    elif facts.get("kv_cache.tokens") is not None:
+        facts.set("kv_cache.tokens_from", "log")
+
+
+def status(diagnoses, recognised: bool) -> str:
+    """The report's status; `recognised` when the input was vLLM's at all."""
+    severities = {d.severity for d in diagnoses}
+    if "blocker" in severities:
+        return "failed"
+    if "warning" in severities:
+        return "degraded"
+    return "healthy" if recognised else "unknown"
+
+
+def _exists(path: str) -> bool:
+    """Whether a name from the log is a path here; a damaged log's name may be no path at all."""
+    try:
+        return Path(path).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):  # too long, ~nosuchuser, a NUL
+        return False

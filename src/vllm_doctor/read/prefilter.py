@@ -1,0 +1,136 @@
+"""Find the lines worth matching: one pass over raw bytes for every rule's literal anchors.
+
+Logs can be gigabytes of request lines; the full rule patterns run only where an anchor occurs.
+Hyperscan scans for hundreds of literals at near memory speed (about 0.5 s a GiB for 400
+anchors here; pyahocorasick, the other C engine, about 20 s; one `re` alternation, minutes:
+bench/prefilter_engines.py). Hyperscan only has wheels for x86-64 Linux: elsewhere
+pyahocorasick is used when installed, else the alternation.
+
+Building an engine costs more (0.1 s to compile the hyperscan database, so it is cached) than
+scanning a startup log with one `bytes.find` per anchor, so small buffers are scanned that way
+and the engine is built on the first large one: `explain` of a short log starts faster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+SMALL = 256 << 10  # buffers up to this size are scanned with bytes.find, one anchor at a time
+
+
+class Prefilter:
+    """Scans a byte buffer and returns the offsets where any anchor ends, with its index.
+
+    `exact` is False for the fallback engine: an alternation reports one anchor where several
+    overlap, so callers re-check which anchors a candidate line holds.
+    """
+
+    def __init__(self, anchors: Iterable[str]):
+        self.anchors = list(dict.fromkeys(anchors))
+        self._encoded = [a.encode("utf-8") for a in self.anchors]
+        self._hs = None
+        self._aho = None
+        self._re = None
+        self._built = False
+        self.exact = True  # bytes.find, until a large buffer builds the engine
+        self.engine = "find" if self._encoded else "none"
+
+    def _build(self) -> None:
+        self._built = True
+        if not self._encoded:
+            return
+        try:
+            import hyperscan
+        except ImportError:
+            hyperscan = None
+        if hyperscan is not None:
+            self._hs = _hyperscan_db(hyperscan, self.anchors)
+            self.engine = "hyperscan"
+            return
+        try:  # 20x faster than the alternation where hyperscan has no wheel (arm64, macOS)
+            import ahocorasick
+        except ImportError:
+            ahocorasick = None
+        if ahocorasick is not None:
+            automaton = ahocorasick.Automaton()
+            for i, a in enumerate(self._encoded):
+                automaton.add_word(a.decode("latin-1"), i)  # latin-1: one char per byte, offsets kept
+            automaton.make_automaton()
+            self._aho = automaton
+            self.engine = "pyahocorasick"
+        else:
+            alternation = b"|".join(re.escape(a) for a in sorted(self._encoded, key=len, reverse=True))
+            self._re = re.compile(alternation)
+            self._ids = {a: i for i, a in enumerate(self._encoded)}
+            self.engine, self.exact = "re", False
+
+    def scan(self, buf) -> list[tuple[int, int]]:
+        """(end offset, anchor index) of every anchor occurrence, in offset order.
+
+        `buf` is bytes, a bytearray or a memoryview of one.
+        """
+        if not self._encoded:
+            return []
+        if not self._built and len(buf) <= SMALL:
+            return self._find_each(bytes(buf) if isinstance(buf, memoryview) else buf)
+        if not self._built:
+            self._build()
+        if self._aho is not None:
+            return sorted((end + 1, i) for end, i in self._aho.iter(str(buf, "latin-1")))
+        if self._hs is not None:
+            hits: list[tuple[int, int]] = []
+
+            def on_match(anchor_id, _start, end, _flags, _ctx):
+                hits.append((end, anchor_id))
+
+            self._hs.scan(buf, match_event_handler=on_match)
+            hits.sort()
+            return hits
+        return [(m.end(), self._ids[bytes(m.group())]) for m in self._re.finditer(buf)]
+
+    def _find_each(self, buf: bytes | bytearray) -> list[tuple[int, int]]:
+        """Every occurrence of every anchor (overlapping ones too, as hyperscan reports them)."""
+        hits = []
+        for i, a in enumerate(self._encoded):
+            at = buf.find(a)
+            while at >= 0:
+                hits.append((at + len(a), i))
+                at = buf.find(a, at + 1)
+        hits.sort()
+        return hits
+
+    def anchors_in(self, line: bytes) -> list[int]:
+        """Every anchor a line holds (the slow, exact answer the fallback needs)."""
+        return [i for i, a in enumerate(self._encoded) if a in line]
+
+
+def _hyperscan_db(hyperscan, anchors: list[str]):
+    """The compiled database of the anchors; compiling 400 literals can take 0.1 s, so the last
+    one is cached (cache.py), under a key of the anchors, the hyperscan version and the machine."""
+    import hashlib
+    import platform
+
+    from vllm_doctor import cache
+
+    text = "\0".join([getattr(hyperscan, "__version__", "?"), platform.machine(), *anchors])
+    key = hashlib.sha256(text.encode("utf-8")).hexdigest().encode() + b"\n"
+    blob = cache.read(_CACHE_NAME)
+    if blob and blob.startswith(key):
+        try:
+            db = hyperscan.loadb(blob[len(key) :], hyperscan.HS_MODE_BLOCK)
+            db.scratch = hyperscan.Scratch(db)  # compile() makes one; a loaded database needs its own
+            return db
+        except Exception:  # another CPU, a damaged file: compile anew
+            pass
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    expressions = [re.escape(a).encode("utf-8") for a in anchors]
+    db.compile(expressions=expressions, ids=list(range(len(expressions))), elements=len(expressions), flags=[0] * len(expressions))
+    try:
+        cache.write(_CACHE_NAME, key + hyperscan.dumpb(db))
+    except Exception:
+        pass
+    return db
+
+
+_CACHE_NAME = "prefilter.hsdb"

@@ -1,0 +1,136 @@
+"""The NVML snapshot: the real adapter on this machine (usually no GPU: a reason, never a crash), and
+a fake adapter, the one thing tests replace, for the shape of the snapshot and what explain says."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from conftest import LAB
+from vllm_doctor.capacity import gpu
+from vllm_doctor.knowledge.checks import Options
+from vllm_doctor.cli import app
+from vllm_doctor.render.report import to_dict, to_markdown
+
+MIB = 2**20
+
+
+class FakeNvml:
+    """Two 80 GiB cards; on GPU 0 another process holds 20 GiB."""
+
+    def __init__(self, fail_on: str | None = None, devices=None):
+        self.fail_on = fail_on
+        self.closed = False
+        self.devices = devices if devices is not None else [
+            ("NVIDIA H100 80GB HBM3", (81559 * MIB, 20480 * MIB, 61079 * MIB), [(4242, 20480 * MIB), (4243, None)]),
+            ("NVIDIA H100 80GB HBM3", (81559 * MIB, 0, 81559 * MIB), []),
+        ]
+
+    def _maybe_fail(self, what):
+        if self.fail_on == what:
+            raise type("NVMLError_LibraryNotFound", (Exception,), {})("NVML Shared Library Not Found")
+
+    def open(self):
+        self._maybe_fail("open")
+
+    def close(self):
+        self.closed = True
+
+    def driver_version(self):
+        return "550.54.15"
+
+    def cuda_version(self):
+        return "12.4"
+
+    def device_count(self):
+        self._maybe_fail("count")
+        return len(self.devices)
+
+    def device_name(self, i):
+        return self.devices[i][0]
+
+    def memory(self, i):
+        return self.devices[i][1]
+
+    def processes(self, i):
+        return self.devices[i][2]
+
+    def process_name(self, pid):
+        return {4242: "python3", 4243: "jupyter"}[pid]
+
+
+def test_the_real_adapter_never_raises():
+    snap = gpu.snapshot()
+    if snap.available:  # a machine with an NVIDIA GPU
+        assert snap.devices and all(d.total_mib > 0 for d in snap.devices)
+    else:
+        assert snap.reason and snap.skipped_line == f"GPU checks skipped: {snap.reason}"
+
+
+def test_snapshot_from_the_adapter():
+    fake = FakeNvml()
+    snap = gpu.snapshot(fake)
+    assert snap.available and fake.closed
+    assert (snap.driver_version, snap.cuda_version) == ("550.54.15", "12.4")
+    d0 = snap.devices[0]
+    assert (d0.index, d0.name, d0.total_mib, d0.used_mib, d0.free_mib) == (0, "NVIDIA H100 80GB HBM3", 81559, 20480, 61079)
+    assert [(p.pid, p.name, p.used_mib) for p in d0.processes] == [(4242, "python3", 20480), (4243, "jupyter", None)]
+    data = snap.to_json()
+    assert {"available", "reason", "devices"} <= set(data)
+    assert set(data["devices"][0]) == {"index", "name", "total_mib", "used_mib", "free_mib", "processes"}
+    assert set(data["devices"][0]["processes"][0]) == {"pid", "name", "used_mib"}
+    assert snap.smallest_total_bytes(2) == 81559 * MIB
+
+
+def test_nvml_failures_are_a_reason():
+    snap = gpu.snapshot(FakeNvml(fail_on="open"))
+    assert not snap.available and snap.reason.startswith("no NVIDIA driver here")
+    snap = gpu.snapshot(FakeNvml(fail_on="count"))
+    assert not snap.available and snap.reason
+    assert gpu.snapshot(FakeNvml(devices=[])).reason == "NVML sees no GPU"
+
+
+def test_headroom_is_what_is_free():
+    snap = gpu.snapshot(FakeNvml())
+    assert gpu.headroom(snap.devices[0]) == 0.72  # 61,079 / 81,559 = 0.749, less a 0.02 margin
+    assert gpu.headroom(snap.devices[1]) == 0.98
+
+
+def test_explain_says_which_way_to_move_utilization(run):
+    """Another process holds 20 GiB: the cache-oom numbers say vLLM's fraction must shrink to 0.72."""
+    snap = gpu.snapshot(FakeNvml())
+    report = run(LAB / "cache-oom.log", options=Options(gpu_snapshot=snap))
+    facts = to_dict(report)["facts"]
+    assert facts["gpu"]["available"] and facts["gpu"]["devices"][0]["processes"][0]["pid"] == 4242
+    n = report.diagnoses[0].numbers
+    assert n["gpu_free_utilization"] == 0.72 and n["gpu_used_by_others_gib"] == 20.0 and n["gpu_processes"] == 2
+    md = to_markdown(report)
+    assert "GPU 0 NVIDIA H100 80GB HBM3 (this machine, now): 81,559 MiB total, 20,480 used" in md
+    assert "4242 python3 20,480 MiB" in md and "driver 550.54.15, CUDA 12.4" in md
+
+
+def test_valid_tp_sizes_stop_at_the_gpus_present(run):
+    snap = gpu.snapshot(FakeNvml())
+    top = run(LAB / "tp-divisibility.log", options=Options(gpu_snapshot=snap)).diagnoses[0]
+    assert top.numbers["gpus_present"] == 2
+    assert top.numbers["valid_tp_sizes"] == [1, 2]
+
+
+def test_cli_without_nvml_or_with_no_gpu_goes_on():
+    runner = CliRunner()
+    result = runner.invoke(app, ["explain", str(LAB / "healthy.log"), "--no-gpu", "-f", "json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["facts"]["gpu"]["reason"] == "not requested (--no-gpu)"
+    result = runner.invoke(app, ["explain", str(LAB / "healthy.log")], env={"NO_COLOR": "1"})
+    assert result.exit_code == 0 and "Traceback" not in result.output
+    snap = gpu.snapshot()
+    if not snap.available:
+        assert f"GPU checks skipped: {snap.reason}" in result.output
+
+
+def test_no_driver_on_the_machine_is_said_without_loading_nvml(monkeypatch):
+    monkeypatch.setattr(gpu, "DRIVER_MARKERS", ("/nonexistent/nvidiactl",))
+    monkeypatch.setattr(gpu, "Nvml", lambda: (_ for _ in ()).throw(AssertionError("NVML loaded")))
+    snap = gpu.snapshot()
+    assert not snap.available and snap.reason.startswith("no NVIDIA driver here")

@@ -1,0 +1,174 @@
+"""`vllm-doctor plan`: the seed's numbers exactly, config-based plans, TP, several models on one
+card, the ready `vllm serve` line, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import FIXTURES
+from vllm_doctor.capacity import gpu
+from vllm_doctor.cli import app
+from vllm_doctor.capacity.plan import PlanError, PlanRequest, make_plan
+
+CONFIGS = FIXTURES / "configs"
+SEED = ["--params", "7B", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--dtype", "bfloat16",
+        "--gpu-memory", "80GB", "--gpu-memory-utilization", "0.90"]  # fmt: skip
+runner = CliRunner()
+
+
+def plan(*args, env=None):
+    return runner.invoke(app, ["plan", *map(str, args)], env={"NO_COLOR": "1", **(env or {})})
+
+
+def plan_json(*args):
+    result = plan(*args, "--format", "json", "--no-gpu")
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_the_seed_exactly():
+    result = plan(*SEED, "--max-model-len", "8192", "--no-gpu")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "1 weights" in out and "14.0 GB" in out
+    assert "2 KV cache memory" in out and "58.0 GB" in out and "80.0 GB x 0.90 - 14.0 GB weights" in out
+    assert "131,072 B" in out and "2 x 32 layers x 8 KV heads x 128 head dim x 2 B (bfloat16)" in out
+    assert "442,504 (about 442,000)" in out
+    assert "5 sequences at 8,192" in out
+    line = next(ln for ln in out.splitlines() if "5 sequences at 8,192" in ln)
+    assert line.split()[4] == "54"
+    assert "GB = 10^9 bytes, GiB = 2^30 bytes" in out
+    code, data = plan_json(*SEED, "--max-model-len", "8192")
+    m = data["models"][0]
+    assert (m["weights_bytes"], m["cache_bytes"], m["kv_bytes_per_token"]) == (14e9, pytest.approx(58e9), 131_072)
+    assert (m["tokens"], m["worst_case_sequences"]) == (442_504, 54)
+    assert m["model"]["kv_bytes_per_token"] == 131_072
+
+
+def test_the_seed_at_32k():
+    code, data = plan_json(*SEED, "--max-model-len", "32768")
+    assert code == 0 and data["models"][0]["worst_case_sequences"] == 13
+    assert "5 sequences at 32,768" in plan(*SEED, "--max-model-len", "32768", "--no-gpu").output
+
+
+def test_the_block_examples():
+    out = plan(*SEED, "--max-model-len", "8192", "--prompt-len", "40", "--no-gpu").output
+    assert "a 40-token prompt" in out and "3 blocks, 8 slots empty in the last" in out
+    out = plan(*SEED, "--max-model-len", "8192", "--prompt-len", "200", "--samples", "10", "--no-gpu").output
+    assert "130 blocks unshared vs 13 shared" in out
+    _, data = plan_json(*SEED, "--prompt-len", "200", "--samples", "10")
+    assert data["blocks"][-1]["value"] == "130 blocks unshared vs 13 shared"
+
+
+def test_gib_in_gib_out():
+    code, data = plan_json(*SEED[:-4], "--gpu-memory", "80GiB", "--gpu-memory-utilization", "0.90", "--max-model-len", "8192")
+    m = data["models"][0]
+    assert m["cache_bytes"] == pytest.approx(80 * 2**30 * 0.9 - 14e9)
+    assert data["gpu"]["unit"] == "GiB"
+    out = plan(*SEED[:-4], "--gpu-memory", "80GiB", "--no-gpu").output
+    assert "80.0 GiB x 0.90 - 13.0 GiB weights" in out  # 14e9 bytes = 13.04 GiB
+
+
+def test_valid_tp_sizes_and_the_serve_line():
+    code, data = plan_json(CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--tensor-parallel-size", "4", "--max-model-len", "8192")
+    assert code == 0
+    m = data["models"][0]
+    assert m["valid_tp_sizes"] == [1, 2, 4, 8]
+    assert m["kv_bytes_per_token"] == 2 * 80 * 2 * 128 * 2  # 2 of 8 KV heads per GPU
+    assert m["weights_per_gpu_bytes"] == pytest.approx(m["weights_bytes"] / 4)
+    assert m["serve_command"] == (
+        f"vllm serve {CONFIGS / 'llama-3-70b'} --max-model-len 8192 --gpu-memory-utilization 0.90 --tensor-parallel-size 4"
+    )
+    assert m["model"]["params_source"] == "estimated from the shape"
+
+
+def test_a_plan_that_does_not_fit_exits_1():
+    result = plan(CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--no-gpu")
+    assert result.exit_code == 1 and "no room for the KV cache" in result.output
+    result = plan(CONFIGS / "llama-3-8b", "--gpu-memory", "80GB", "-tp", "3", "--gpus", "4", "--no-gpu")
+    assert result.exit_code == 1 and "does not divide the heads; valid sizes: 1, 2, 4" in result.output
+    code, data = plan_json(*SEED, "--max-model-len", "500000")
+    assert code == 1 and "the longest is 442,480" in data["models"][0]["problems"][0]
+    assert "--max-model-len 442480" in data["models"][0]["serve_command"]
+
+
+def test_target_concurrency_gives_the_length():
+    code, data = plan_json(*SEED, "--max-model-len", "8192", "--target-concurrency", "100")
+    m = data["models"][0]
+    assert m["max_model_len_for_target"] == 442_504 // 100 // 16 * 16 == 4416
+    assert "--max-model-len 4416" in m["serve_command"]
+
+
+def test_mla_fp8_weights_and_kv_dtype():
+    code, data = plan_json(CONFIGS / "deepseek-v3", "--gpu-memory", "141GB", "--gpus", "8", "-tp", "8", "--max-model-len", "32768")
+    m = data["models"][0]
+    assert m["kv_bytes_per_token"] == 70_272  # MLA: the latent is not split over TP
+    assert m["weights_bytes"] == pytest.approx(m["model"]["params"] * 1)  # fp8 checkpoint: 8 bits per weight
+    code, fp8 = plan_json(*SEED, "--kv-cache-dtype", "fp8")
+    assert fp8["models"][0]["kv_bytes_per_token"] == 65_536
+    assert "--kv-cache-dtype fp8" in fp8["models"][0]["serve_command"]
+    code, awq = plan_json(*SEED, "--quantization", "awq")
+    assert awq["models"][0]["weights_bytes"] == 3.5e9
+
+
+def test_several_models_on_one_card():
+    code, data = plan_json(CONFIGS / "llama-3-8b", CONFIGS / "qwen2.5-7b", "--gpu-memory", "80GB", "--max-model-len", "8192")
+    assert code == 0
+    fractions = [s["gpu_memory_utilization"] for s in data["split"]]
+    assert sum(fractions) <= 0.90 and all(f > 0.2 for f in fractions)
+    for m, f in zip(data["models"], fractions):
+        assert m["gpu_memory_utilization"] == f and m["worst_case_sequences"] >= 1
+        assert f"--gpu-memory-utilization {f:.2f}" in m["serve_command"]
+    code, data = plan_json(CONFIGS / "llama-3-70b", CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--max-model-len", "8192")
+    assert code == 1 and data["split"] is None and "do not fit together" in data["notes"][-1]
+
+
+def test_sliding_window_models_get_a_second_count():
+    code, data = plan_json(CONFIGS / "mistral-7b-v0.1", "--gpu-memory", "80GB", "--max-model-len", "32768")
+    m = data["models"][0]
+    assert m["worst_case_sequences"] == 13
+    window = next(s for s in m["steps"] if s["name"].startswith("5b"))
+    assert window["value"] == str(int(m["cache_bytes"] // (4096 * 32 * 4112)))
+    assert any("sliding window" in n for n in m["notes"])
+
+
+def test_markdown_shows_the_work():
+    result = plan(*SEED, "--max-model-len", "8192", "--format", "markdown", "--no-gpu")
+    assert "| step | work | value |" in result.output
+    assert "| 2 KV cache memory | 80.0 GB x 0.90 - 14.0 GB weights - 0.0 GB overheads | 58.0 GB |" in result.output
+    assert "```sh\nvllm serve <model> --max-model-len 8192" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--layers", "32", "--gpu-memory", "80GB"], "--kv-heads, --head-dim missing"),
+        (SEED[:-4] + ["--gpu-memory", "80"], "with a unit"),
+        (SEED[:-4] + ["--gpu-memory", "80GB", "--gpu-memory-utilization", "1.5"], "must be in (0, 1]"),
+        (["--layers", "2", "--kv-heads", "2", "--head-dim", "64", "--gpu-memory", "80GB"], "pass --params"),
+        (SEED[:-4] + ["--gpu-memory", "auto"], "--gpu-memory auto needs NVML"),
+        ([str(CONFIGS), "--gpu-memory", "80GB"], "no config.json"),
+        (["--config", "/nonexistent/config.json", "--gpu-memory", "80GB"], "no such file"),
+        (SEED[:-4] + ["--gpu-memory", "80GB", "--dtype", "float7"], "--dtype float7: unknown"),
+        (SEED[:-4] + ["--gpu-memory", "80GB", "--kv-cache-dtype", "fp6"], "--kv-cache-dtype fp6: unknown"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(args, words):
+    result = runner.invoke(app, ["plan", *args, "--no-gpu"])
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "Traceback" not in result.output
+    assert result.output.strip().count("\n") == 0
+
+
+def test_gpu_memory_auto_from_the_adapter():
+    from test_gpu import FakeNvml
+
+    snap = gpu.snapshot(FakeNvml())
+    p = make_plan(PlanRequest(params="7B", layers=32, kv_heads=8, head_dim=128, max_model_len=8192), snap)
+    assert p.gpu_bytes == 81559 * 2**20 and p.gpu_unit == "GiB" and p.gpus == 2
+    assert p.models[0].valid_tp_sizes == [1, 2]  # up to the GPUs present
+    assert any("vLLM's fraction must shrink to at most 0.72" in n for n in p.notes)
+    with pytest.raises(PlanError, match="needs NVML"):
+        make_plan(PlanRequest(params="7B", layers=32, kv_heads=8, head_dim=128), gpu.skipped("--no-gpu"))

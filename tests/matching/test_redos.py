@@ -1,0 +1,189 @@
+"""ReDoS: no log line can make a rule pattern backtrack for long.
+
+Three layers: `rules check` refuses patterns that can backtrack catastrophically (a static look
+at nested and adjacent quantifiers, and a timed probe on hostile lines); the reader hands a
+pattern at most logread.MAX_LINE characters; and every search runs under the regex module's
+timeout. The tests below feed each built-in pattern lines built to make it backtrack.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import LAB, SAMPLE_RULE
+from vllm_doctor.matching import engine as engine_mod
+from vllm_doctor.read import logread
+from vllm_doctor.matching import redos
+from vllm_doctor.cli import app
+from vllm_doctor.matching.engine import Engine
+from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.matching.loader import compile_regex, load
+
+BUILTIN = load()
+PATTERNS = [
+    (rule, i, key, text)
+    for rule in BUILTIN
+    for i, p in enumerate(rule.patterns)
+    for key, text in (("regex", p.regex), ("unless", p.unless))
+    if text
+]
+IDS = [f"{r.id}[{i}].{k}" for r, i, k, _t in PATTERNS]
+
+CATASTROPHIC = [
+    r"(a+)+$",
+    r"(\w+\s?)*$",
+    r"(a*)*b",
+    r"^(\d+)*x",
+    r"error: (?:\S+\s*)*done",
+    r"took \d+\d+ms",
+    r"args: .*\s*.*end",
+    r"sm_(\d+)\w* is",
+    r"be (?P<c>[^\[]+?)\s*\[type=",
+]
+SAFE = [
+    r"KV cache size: (?P<tokens>\d[\d,]*) tokens",
+    r"(?:\d+, )*\d+ blocks",
+    r"\S+(?:\s+\S+)*",
+    r"non-default args: (?P<args>\{.*)",
+    r"(?P<v>\d+\.\d+[\w.+\-]*)",
+    r"(?:(?!Running: ).){0,300}?KV cache usage: (?P<kv>\d+(?:\.\d+)?)%",
+    r"Tried to allocate (?P<alloc>[\d.]+) ?(?P<unit>[KMG]iB)",
+    r"(?>\w+)+ x",
+]
+
+
+@pytest.mark.parametrize("pattern", CATASTROPHIC)
+def test_static_check_finds_nested_and_adjacent_quantifiers(pattern):
+    assert redos.static_problems(pattern)
+
+
+@pytest.mark.parametrize("pattern", SAFE)
+def test_static_check_leaves_common_safe_forms_alone(pattern):
+    assert redos.static_problems(pattern) == []
+
+
+def test_probe_catches_a_pattern_the_static_check_cannot_see():
+    """A leading \\S+ in an alternation: quadratic in the length of a line without spaces."""
+    pattern = r"GatedRepoError|(?P<repo>\S+) is a gated repository"
+    assert redos.static_problems(pattern) == []
+    slow = redos.probe(compile_regex(pattern), pattern, ["is a gated repository"], "org/model is a gated repository")
+    assert slow is not None and slow[1] > redos.PROBE_BUDGET
+
+
+def _rule(tmp_path: Path, regex: str, example: str, anchor: str) -> Path:
+    d = tmp_path / "rules"
+    d.mkdir()
+    text = (
+        SAMPLE_RULE.replace('"my-rule"', '"slow-rule"')
+        .replace('["it happened"]', f'["{anchor}"]')
+        .replace("it happened (?P<n>\\d+)", regex)
+        .replace('"it happened 3"', f'"{example}"')
+    )
+    assert regex in text
+    (d / "slow-rule.toml").write_text(text)
+    return d
+
+
+def test_rules_check_rejects_nested_quantifiers(tmp_path):
+    d = _rule(tmp_path, r"it happened: (\w+\s?)*$", "it happened: a b c", "it happened")
+    result = CliRunner().invoke(app, ["rules", "check", str(d)])
+    assert result.exit_code == 2
+    assert "slow-rule.toml: key 'patterns[0].regex': can backtrack catastrophically: nested quantifiers" in result.stderr
+    log = tmp_path / "x.log"
+    log.write_text("it happened: a b c\n")
+    result = CliRunner().invoke(app, ["explain", str(log), "--rules", str(d)])  # refused on load too
+    assert result.exit_code == 2 and "can backtrack catastrophically" in result.stderr
+
+
+def test_rules_check_rejects_a_pattern_the_probe_finds_slow(tmp_path):
+    d = _rule(
+        tmp_path, r"GatedRepoError|(?P<repo>\S+) is a gated repository", "org/m is a gated repository", "gated repo"
+    )
+    result = CliRunner().invoke(app, ["rules", "check", str(d)])
+    assert result.exit_code == 2
+    assert "key 'patterns[0].regex': backtracks catastrophically" in result.stderr
+    assert "KiB line of" in result.stderr
+
+
+def test_the_probe_uses_the_longest_line_the_engine_matches():
+    assert redos.PROBE_SIZE == logread.MAX_LINE
+    assert 2 * logread.WINDOW <= logread.MAX_LINE
+
+
+@pytest.mark.parametrize(("rule", "index", "key", "text"), PATTERNS, ids=IDS)
+def test_builtin_pattern_passes_the_probe(rule, index, key, text):
+    assert redos.static_problems(text) == []
+    slow = redos.probe(compile_regex(text), text, rule.anchors, rule.patterns[index].example)
+    assert slow is None, f"{slow[1]:.2f} s on {slow[0]}"
+
+
+def _worst_megabyte_lines(rule, index, text) -> list[tuple[str, str]]:
+    rx = compile_regex(text)
+    example = rule.patterns[index].example
+    worst = set(redos.worst_lines(rx, text, rule.anchors, example, keep=1))
+    return list(redos.probe_lines(text, rule.anchors, example, 1 << 20, only=worst))
+
+
+@pytest.mark.parametrize(("rule", "index", "key", "text"), PATTERNS, ids=IDS)
+def test_builtin_pattern_finishes_on_a_pathological_megabyte_line(tmp_path, rule, index, key, text):
+    """The line a pattern backtracks worst on, at 1 MB, in a log: read and matched in under
+    a second (the reader hands the pattern a window of it; the pattern is fast on that)."""
+    for what, line in _worst_megabyte_lines(rule, index, text):
+        path = tmp_path / "hostile.log"
+        path.write_text(f"first line\n{line}\nlast line\n", encoding="utf-8")
+        eng = Engine([rule])
+        stats = logread.ReadStats()
+        start = time.perf_counter()
+        eng.run(logread.read([str(path)], eng.prefilter, stats), Facts())
+        took = time.perf_counter() - start
+        assert took < 1.0, f"{took:.2f} s on a 1 MB line of {what}"
+        assert stats.lines == 3
+
+
+def test_every_search_runs_under_the_regex_timeout(monkeypatch):
+    calls: list[dict] = []
+
+    class Watched:
+        def __init__(self, rx):
+            self.rx = rx
+
+        def search(self, *a, **k):
+            calls.append(k)
+            return self.rx.search(*a, **k)
+
+        def finditer(self, *a, **k):
+            calls.append(k)
+            return self.rx.finditer(*a, **k)
+
+    monkeypatch.setattr(engine_mod, "compile_regex", lambda text: Watched(compile_regex(text)))
+    eng = Engine(BUILTIN)
+    eng.run(logread.read([str(LAB / "cache-oom.log")], eng.prefilter, logread.ReadStats()), Facts())
+    assert calls and all(k.get("timeout") == engine_mod.REGEX_TIMEOUT for k in calls)
+
+
+def test_a_rule_slow_on_every_line_is_dropped_after_its_budget(tmp_path, monkeypatch):
+    """A pattern slow on each of thousands of hostile lines would add up to hours: past
+    RULE_BUDGET seconds of matching the rule is dropped, with a warning, and the run goes on."""
+    from vllm_doctor.pipeline import explain
+    from vllm_doctor.matching.loader import parse
+
+    rule = parse(
+        {
+            "id": "slow-rule", "kind": "fact", "title": "t", "explanation": "e", "anchors": ["gated repository"],
+            "facts": {"repo": "model"},
+            "patterns": [{"regex": r"GatedRepoError|(?P<repo>\S+) is a gated repository"}],
+        },
+        Path("slow-rule.toml"),
+        trusted=True,  # as if it had slipped past `rules check`
+    )  # fmt: skip
+    monkeypatch.setattr(engine_mod, "RULE_BUDGET", 0.3)
+    log = tmp_path / "hostile.log"
+    log.write_text(("is a gated repository" + "x" * 8000 + "\n") * 400)
+    start = time.perf_counter()
+    report = explain([str(log)], [rule])
+    assert time.perf_counter() - start < 10
+    assert any("dropped for matching too slowly on this input: slow-rule" in w for w in report.warnings), report.warnings

@@ -1,0 +1,154 @@
+"""lineparse: every colour form and every prefix seen in real vLLM logs is undone, and nothing
+that is part of the message is eaten."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_doctor.read.lineparse import parse, strip_colour
+
+MSG = "GPU KV cache size: 442,224 tokens"
+
+
+def clean(raw: str) -> tuple[str, str | None, str | None]:
+    return parse(strip_colour(raw))
+
+
+COLOURS = [
+    # vLLM's own colour formatter and the multiprocess prefix colouring
+    f"\x1b[1;36m(APIServer pid=1)\x1b[0;0m \x1b[32mINFO\x1b[0m 05-01 12:00:40 \x1b[2m[core.py:1]\x1b[0m {MSG}",
+    f"\x1b(B\x1b[mINFO 05-01 12:00:40 [core.py:1] {MSG}",  # tput sgr0
+    f"\x1b]0;vllm serve\x07INFO 05-01 12:00:40 [core.py:1] {MSG}",  # OSC terminal title
+    # caret text copied from a pager
+    f"^[[1;36m(APIServer pid=1)^[[0;0m ^[[32mINFO^[[0m 05-01 12:00:40 [core.py:1] {MSG}",
+    # syslog / CloudWatch escapes, with the carriage return as #015
+    f"#033[1;36m(APIServer pid=1)#033[0;0m INFO 05-01 12:00:40 [core.py:1] {MSG}#015",
+    # a paste that dropped the ESC byte
+    f"[1;36m(APIServer pid=1)[0;0m INFO 05-01 12:00:40 [core.py:1] {MSG}",
+    # CRLF
+    f"INFO 05-01 12:00:40 [core.py:1] {MSG}\r",
+]
+
+
+@pytest.mark.parametrize("raw", COLOURS)
+def test_colour_forms_are_removed(raw):
+    message, _process, level = clean(raw)
+    assert message == MSG
+    assert level == "INFO"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "process", "level"),
+    [
+        # vLLM's logger, by era
+        ("INFO 01-28 10:00:00 llm_engine.py:234] ", None, "INFO"),  # <= 0.7.3
+        ("INFO 05-01 12:00:40 [kv_cache_utils.py:634] ", None, "INFO"),  # 0.8+
+        ("DEBUG 05-01 12:00:40 [vllm/v1/worker/gpu_worker.py:393] ", None, "DEBUG"),  # VLLM_LOGGING_LEVEL=DEBUG
+        ("WARNING 05-01 12:00:40.123 [core.py:1] ", None, "WARNING"),
+        ("WARN 05-01 12:00:40 [core.py:1] ", None, "WARNING"),
+        # vLLM's process prefixes, every era
+        ("(VllmWorkerProcess pid=1234) INFO 06-11 08:01:40 multiproc_worker_utils.py:215] ", "VllmWorkerProcess", "INFO"),
+        ("(_AsyncLLMEngine pid=4021) INFO 05-01 12:00:40 llm_engine.py:1] ", "_AsyncLLMEngine", "INFO"),
+        ("(VllmWorker rank=1 pid=1234) INFO 05-01 12:00:40 [gpu_worker.py:1] ", "VllmWorker", "INFO"),
+        ("(VllmWorker TP2 pid=1234) INFO 05-01 12:00:40 [gpu_worker.py:1] ", "VllmWorker_TP2", "INFO"),
+        ("(VllmWorker-0 pid=1234) INFO 05-01 12:00:40 [gpu_worker.py:1] ", "VllmWorker-0", "INFO"),
+        ("(Worker pid=1234) INFO 05-01 12:00:40 [gpu_worker.py:1] ", "Worker", "INFO"),
+        ("(Worker_TP1 pid=1234) INFO 05-01 12:00:40 [gpu_worker.py:1] ", "Worker_TP1", "INFO"),
+        ("(Worker_PP1_TP0 pid=1234) INFO 05-01 12:00:40 [gpu_worker.py:1] ", "Worker_PP1_TP0", "INFO"),
+        ("(EngineCore_0 pid=1203) INFO 05-01 12:00:40 [core.py:1] ", "EngineCore_0", "INFO"),
+        ("(EngineCore_DP0 pid=1203) ERROR 05-01 12:00:40 [core.py:1] ", "EngineCore_DP0", "ERROR"),
+        ("(EngineCore pid=1203) INFO 11-28 10:00:40 [kv_cache_utils.py:2330] ", "EngineCore", "INFO"),
+        ("(APIServer pid=4021) INFO 05-01 12:00:40 [loggers.py:236] ", "APIServer", "INFO"),
+        # Ray, with and without the opening parenthesis its dedup sometimes eats
+        ("(RayWorkerWrapper pid=5678, ip=10.0.0.2) INFO 05-01 12:00:40 worker.py:1] ", "RayWorkerWrapper", "INFO"),
+        ("RayWorkerWrapper pid=5678, ip=10.0.0.2) INFO 05-01 12:00:40 worker.py:1] ", "RayWorkerWrapper", "INFO"),
+        ("(RayWorkerVllm pid=88412, ip=10.1.2.7) ERROR 04-03 18:10:14 ray_utils.py:44] ", "RayWorkerVllm", "ERROR"),
+        ("(pid=1234, ip=10.0.0.1) INFO 05-01 12:00:40 worker.py:1] ", None, "INFO"),
+        # frameworks embedding vLLM, torch ranks
+        ("(WorkerDict pid=2191, ip=10.0.0.5) INFO 04-20 09:12:30 [executor_base.py:112] ", "WorkerDict", "INFO"),
+        ("[rank0]: ", "rank0", None),
+        ("(RayWorkerWrapper pid=5678, ip=10.0.0.2) [rank1]: ", "RayWorkerWrapper", None),
+        ("[default0]:INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
+        # collectors
+        ("vllm-1  | (APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] ", "APIServer", "INFO"),
+        ("vllm  | 2024-05-01T10:00:00Z INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
+        ("2024-05-01T10:00:00.123456789Z INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
+        ("2025-07-10T14:22:05.123456789Z (EngineCore_DP0 pid=1) ERROR 07-10 14:22:05 [core.py:1] ", "EngineCore_DP0", "ERROR"),
+        ("2025-05-01T10:00:00.000000000+00:00 stdout F INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
+        ("[2026-01-01T00:00:00Z]   | (EngineCore_DP0 pid=1) ERROR 05-01 12:00:40 [core.py:1] ", "EngineCore_DP0", "ERROR"),
+        ("[2026-01-01T00:00:00Z]   | ", None, None),
+        ("Nov 30 01:53:24 gpu-node-3 vllm[2201]: INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
+        ("[pod/vllm-0/vllm] INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
+        # Python application loggers around vLLM
+        ("2024-05-01 10:00:00 - vllm.engine.metrics - INFO - ", None, "INFO"),
+        ("2024-05-01 10:00:00,123 - vllm.engine.metrics - WARNING - ", None, "WARNING"),
+        ("2024-05-01 10:00:00 - ERROR - ", None, "ERROR"),
+        ("2024-05-01 10:00:00.123 | WARNING  | app.server:run:42 - ", None, "WARNING"),
+        ("2024-05-01 10:00:00,123 INFO vllm.core.scheduler: ", None, "INFO"),
+        ("WARNING: ", None, "WARNING"),
+        ("[ERROR] ", None, "ERROR"),
+        # re-indented by the user
+        ("    INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
+    ],
+)
+def test_prefixes_are_removed(prefix, process, level):
+    message, got_process, got_level = clean(prefix + MSG)
+    assert message == MSG
+    assert got_process == process
+    assert got_level == level
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        # Ray's dedup suffix
+        (f"(RayWorkerWrapper pid=1, ip=10.0.0.2) INFO 05-01 12:00:40 worker.py:1] {MSG} [repeated 30x across cluster]", MSG),
+        # wrappers that put the source last
+        (f"WARNING: {MSG} (scheduler.py:1558)", MSG),
+        (f"{MSG} (vllm/core/scheduler.py:1558)", MSG),
+        # servers that insert [address=..., pid=...] inside the message
+        ("ValueError: [address=0.0.0.0:40915, pid=3321] To serve at least one request", "ValueError: To serve at least one request"),
+        # HTML-escaped tracebacks
+        ("ValueError: This model&#x27;s maximum context length is 4096 tokens (4000 &gt; 4096 - 596)",
+         "ValueError: This model's maximum context length is 4096 tokens (4000 > 4096 - 596)"),
+        ('  File &quot;/x/vllm/config.py&quot;, line 3, in f', '  File "/x/vllm/config.py", line 3, in f'),
+        # tqdm bars glued to the next record
+        (f"Adding requests: 88%|████| 453/512 [00:06<00:00](EngineCore_DP0 pid=1) ERROR 05-01 12:00:40 [core.py:1] {MSG}", MSG),
+        (f"Loading safetensors checkpoint shards: 100% Completed | 8/8 [00:04<00:00,  1.92it/s]INFO 06-12 10:00:21 [core.py:1] {MSG}", MSG),
+        # collectors' JSON records
+        ('{"log":"INFO 05-01 12:00:40 [core.py:1] GPU KV cache size: 442,224 tokens\\n","stream":"stdout","time":"2025-01-01T00:00:00Z"}', MSG),
+        ('{"error":{"message":"The engine prompt length 40001 exceeds the max_model_len 32768.","code":400}}',
+         "The engine prompt length 40001 exceeds the max_model_len 32768."),
+    ],
+)
+def test_insertions_and_wrappers_are_undone(raw, message):
+    assert clean(raw)[0] == message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '  File "/usr/lib/python3.10/runpy.py", line 196, in _run_module_as_main',
+        "    assert self.total_num_kv_heads % tp_size == 0",
+        "  Value error, Total number of attention heads (32) must be divisible by tensor parallel size (3).",
+        "Traceback (most recent call last):",
+        "ValueError: No available memory for the cache blocks.",
+        "Running: 4 reqs",
+        "[1, 2, 3]",
+    ],
+)
+def test_message_text_is_left_alone(raw):
+    assert clean(raw)[0] == raw
+
+
+def test_traceback_lines_keep_indentation_under_a_prefix():
+    raw = "(EngineCore_DP0 pid=1) ERROR 05-01 12:00:40 [core.py:1]     raise ValueError("
+    assert clean(raw) == ("    raise ValueError(", "EngineCore_DP0", "ERROR")
+
+
+def test_prefixes_stack_in_any_order():
+    raw = (
+        "\x1b[36mvllm-1  | \x1b[0m2025-07-10T14:22:05Z \x1b[1;36m(Worker_TP1 pid=9)\x1b[0;0m [rank1]: "
+        f"ERROR 07-10 14:22:05 [multiproc_executor.py:1] {MSG}"
+    )
+    assert clean(raw) == (MSG, "Worker_TP1", "ERROR")

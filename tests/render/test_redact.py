@@ -1,0 +1,216 @@
+"""Reports are safe to attach: secrets seeded in every position are masked in report.md,
+report.json, server.log, env.txt and `explain --format markdown|json`; line numbers stay."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import LAB, ROOT
+from vllm_doctor.cli import app
+from vllm_doctor.render.redact import MASK, Redactor, is_secret_name, redact, secret_values
+
+HF = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+HF2 = "hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa9876543210"
+SK = "sk-live-3f9a8b7c6d5e4f3a2b1c"
+BEARER = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0.sig"
+PASSWORD = "correct-horse-battery-staple"
+ENV_SECRET = "s3cr3t-from-the-environment-only"
+CLI_ONLY = "cli-only-api-key-0123456789"
+SECRETS = [HF, HF2, SK, BEARER, PASSWORD, ENV_SECRET, CLI_ONLY]
+
+
+@pytest.mark.parametrize(
+    ("line", "kept"),
+    [
+        # Hugging Face tokens: alone, at the start, the end, inside words of a traceback
+        (f"{HF}", ""),
+        (f"token {HF} at the start", "at the start"),
+        (f"OSError: 401 for url with token={HF}", "OSError: 401 for url"),
+        # --api-key / --hf-token, both spellings, first and last on the line
+        (f"vllm serve /m --api-key {SK} --port 8000", "--port 8000"),
+        (f"vllm serve /m --port 8000 --api-key={SK}", "--port 8000"),
+        (f"vllm serve /m --hf-token {HF} --max-model-len 1024", "--max-model-len 1024"),
+        (f"vllm serve /m --api-key '{SK}'", "vllm serve /m"),
+        # printed args, dict form (vLLM's "non-default args"), strings and lists
+        (f"non-default args: {{'model_tag': '/m', 'api_key': ['{SK}'], 'max_num_batched_tokens': 8192}}", "'max_num_batched_tokens': 8192"),
+        (f"non-default args: {{'hf_token': '{HF}', 'tokenizer': '/t'}}", "'tokenizer': '/t'"),
+        (f'{{"api_key": "{SK}", "enable_lora": true}}', '"enable_lora": true'),
+        # Namespace form (older vLLM "args: Namespace(...)")
+        (f"args: Namespace(model='/m', api_key='{SK}', hf_token=None, tokenizer='/t')", "tokenizer='/t'"),
+        (f"Namespace(api_key=['{SK}', 'other-key-value'], port=8000)", "port=8000"),
+        # Authorization headers
+        (f"curl -H 'Authorization: Bearer {BEARER}' http://127.0.0.1:8000/v1/models", "http://127.0.0.1:8000/v1/models"),
+        (f"headers={{'authorization': 'Bearer {BEARER}'}}", "headers="),
+        # environment variables, as NAME=value and NAME: value
+        (f"HF_TOKEN={HF} vllm serve /m", "vllm serve /m"),
+        (f"export OPENAI_API_KEY={SK}", "export OPENAI_API_KEY="),
+        (f"VLLM_API_KEY='{SK}'", "VLLM_API_KEY="),
+        (f"DB_PASSWORD={PASSWORD} S3_SECRET={PASSWORD} GITHUB_TOKEN={SK} AWS_ACCESS_KEY={SK}", "DB_PASSWORD="),
+        (f"  HF_TOKEN: {HF}", "HF_TOKEN: "),
+    ],
+)
+def test_patterns(line, kept):
+    out = redact(line)
+    for s in SECRETS + ["other-key-value"]:
+        assert s not in out
+    assert MASK in out
+    assert kept in out
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "(APIServer pid=1) INFO non-default args: {'max_num_batched_tokens': 8192, 'tokenizer': '/t', 'hf_token': None}",
+        "vllm serve /m --max-num-batched-tokens 8192 --tokenizer /t --ssl-keyfile /k.pem",
+        "VLLM_CPU_KVCACHE_SPACE=1 CUDA_VISIBLE_DEVICES=0,1 NCCL_DEBUG=INFO",
+        "Engine 000: Avg prompt throughput: 657.3 tokens/s, Running: 7 reqs, Waiting: 9 reqs",
+        "hf_overrides={}, hf_config_path=None",
+        "Maximum concurrency for 1,024 tokens per request: 1024.00x",
+    ],
+)
+def test_ordinary_lines_stay(line):
+    assert redact(line) == line
+
+
+def test_literals_from_the_environment():
+    env = {"HF_TOKEN": HF, "MY_SERVICE_SECRET": ENV_SECRET, "HOME": "/root", "VLLM_PORT": "8000", "SHORT_KEY": "1"}
+    values = secret_values(env)
+    assert set(values) == {HF, ENV_SECRET}
+    r = Redactor(values)
+    assert r.line(f"the engine saw {ENV_SECRET} somewhere") == f"the engine saw {MASK} somewhere"
+    assert is_secret_name("HF_TOKEN") and is_secret_name("X_PASSWORD") and not is_secret_name("VLLM_PORT")
+
+
+def test_argv_lists():
+    args = ["vllm", "serve", "/m", "--api-key", CLI_ONLY, "--port", "8000", f"--hf-token={HF}", "--api-key", "--x"]
+    assert Redactor().argv(args) == ["vllm", "serve", "/m", "--api-key", MASK, "--port", "8000", f"--hf-token={MASK}", "--api-key", "--x"]
+
+
+def test_newlines_never_move():
+    text = "\n".join([f"a {HF}", "", f"--api-key {SK}", "plain", ""])
+    out = redact(text)
+    assert out.count("\n") == text.count("\n")
+    assert out.split("\n")[3] == "plain"
+
+
+def test_bytes_lines_keep_their_ending_and_bad_bytes():
+    r = Redactor()
+    assert r.bytes_line(f"x --api-key {SK}\r\n".encode()) == f"x --api-key {MASK}\r\n".encode()
+    raw = b"\xff\xfe not utf-8 " + HF.encode() + b"\n"
+    assert r.bytes_line(raw) == b"\xff\xfe not utf-8 " + MASK.encode() + b"\n"
+    assert r.bytes_line(b"no newline at the end") == b"no newline at the end"
+
+
+def test_obj_redacts_keys_and_values():
+    data = {"evidence": [{"line": 3, "text": f"--api-key {SK}"}], f"odd {HF}": 1, "n": 2}
+    out = Redactor().obj(data)
+    assert SK not in json.dumps(out) and HF not in json.dumps(out)
+    assert out["n"] == 2 and out["evidence"][0]["line"] == 3
+
+
+# --------------------------------------------------------------------------------------------
+# the seeded log: secrets on the first line, in the args dump, in the evidence line, at the end
+# --------------------------------------------------------------------------------------------
+def seeded_log(tmp_path: Path) -> Path:
+    lines = (LAB / "tp-divisibility.log").read_text().split("\n")
+    out = []
+    for line in lines:
+        if "non-default args:" in line:
+            line = line.replace("{", f"{{'api_key': ['{SK}'], 'hf_token': '{HF}', ", 1)
+        if "must be divisible by tensor parallel size" in line:
+            line = line.replace("[type=value_error", f"api_key='{SK}' [type=value_error")
+        out.append(line)
+    out.insert(0, f"HF_TOKEN={HF} DB_PASSWORD={PASSWORD} vllm serve /models/tiny-llama --api-key {SK}")
+    out.insert(5, f"INFO: 127.0.0.1 - \"GET /v1/models HTTP/1.1\" Authorization: Bearer {BEARER}")
+    out.append(f"token in a traceback: {HF2}")
+    path = tmp_path / "seeded.log"
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def _clean(text: str) -> None:
+    for s in SECRETS:
+        assert s not in text, s
+
+
+def test_explain_markdown_and_json_redact_by_default(tmp_path):
+    log = seeded_log(tmp_path)
+    runner = CliRunner()
+    for fmt in ("markdown", "json"):
+        r = runner.invoke(app, ["explain", str(log), "--format", fmt])
+        assert r.exit_code == 1, r.output
+        _clean(r.output)
+        assert MASK in r.output
+        r = runner.invoke(app, ["explain", str(log), "--format", fmt, "--no-redact"])
+        assert SK in r.output
+    data = json.loads(runner.invoke(app, ["explain", str(log), "--format", "json"]).output)
+    lines = log.read_text().split("\n")
+    top = data["diagnoses"][0]
+    assert top["category"] == "tp-divisibility"
+    for e in top["evidence"]:  # line numbers unchanged: the evidence is the (redacted) line there
+        assert Redactor().line(lines[e["line"] - 1]).strip()[:80] == e["text"][:80]
+
+
+FAKE = ROOT / "tests" / "serve" / "fakevllm.py"
+
+
+def test_serve_report_directory_is_redacted(tmp_path):
+    log = seeded_log(tmp_path)
+    vllm = tmp_path / "vllm"
+    vllm.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
+    vllm.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
+    env.update(
+        FAKE_REPLAY=str(log),
+        FAKE_END="exit:1",
+        HF_TOKEN=HF,
+        VLLM_API_KEY=SK,
+        MY_DB_PASSWORD=PASSWORD,
+        VLLM_SOMETHING_SECRET=ENV_SECRET,
+        VLLM_CPU_KVCACHE_SPACE="1",
+    )
+
+    def run(*extra):
+        return subprocess.run(
+            [sys.executable, "-m", "vllm_doctor", "serve", "--vllm-bin", str(vllm), *extra,
+             "--", "/models/tiny-llama", "--api-key", SK, "--hf-token", HF, "--api-key", CLI_ONLY],
+            env=env, cwd=tmp_path, capture_output=True,
+        )
+
+    p = run("--report-dir", "redacted")
+    assert p.returncode == 1
+    # the pass-through is the operator's own output: untouched
+    assert p.stdout + p.stderr.split(b"vllm-doctor:")[0] != b""
+    d = tmp_path / "redacted"
+    assert {f.name for f in d.iterdir()} == {"report.md", "report.json", "server.log", "env.txt"}
+    for f in d.iterdir():
+        _clean(f.read_text(errors="replace"))
+    server = (d / "server.log").read_text()
+    assert server.count("\n") == log.read_text().count("\n")  # line for line
+    env_txt = (d / "env.txt").read_text()
+    assert f"HF_TOKEN={MASK}" in env_txt and "VLLM_CPU_KVCACHE_SPACE=1" in env_txt
+    assert f"--api-key {MASK}" in env_txt
+    data = json.loads((d / "report.json").read_text())
+    assert data["diagnoses"][0]["category"] == "tp-divisibility"
+    server_lines = server.split("\n")
+    for e in data["diagnoses"][0]["evidence"]:
+        assert server_lines[e["line"] - 1].strip()[:80] == e["text"][:80]
+    assert MASK in json.dumps(data["serve"]["command"])
+
+    p = run("--report-dir", "raw", "--no-redact")
+    assert SK in (tmp_path / "raw" / "server.log").read_text()
+    assert HF in (tmp_path / "raw" / "env.txt").read_text()
+
+
+def test_prose_with_secret_looking_words_is_left_alone():
+    from vllm_doctor.render.redact import redact
+
+    for text in ("KV bytes per token = 131,072", "the key = the model's name", "max_num_batched_tokens: 8192"):
+        assert redact(text) == text
