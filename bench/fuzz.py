@@ -53,7 +53,9 @@ def run(cases: int, seed: int = 0, heavy_every: int = 50, quiet: bool = False) -
             if problem:
                 failed += 1
                 tracebacks += problem.startswith("traceback")
-                key = next((ln for ln in reversed(problem.splitlines()) if ln and not ln.startswith(" ")), problem)[:200]
+                key = next((ln for ln in reversed(problem.splitlines()) if ln and not ln.startswith(" ")), problem)[
+                    :200
+                ]
                 failures.setdefault(key, (case.name, problem))
             if not quiet and (i + 1) % 1000 == 0:
                 print(f"  fuzz: {i + 1}/{cases} cases, {failed} broke the contract", file=sys.stderr)

@@ -169,9 +169,12 @@ def ensure(out: Path, size: int, seed: int = 0) -> dict:
             expect = json.loads(meta.read_text())
         except ValueError:
             expect = {}
-        if expect.get("generator") == VERSION and expect.get("seed") == seed and abs(
-            out.stat().st_size - size
-        ) < 64 << 10 and expect.get("size") == out.stat().st_size:
+        if (
+            expect.get("generator") == VERSION
+            and expect.get("seed") == seed
+            and abs(out.stat().st_size - size) < 64 << 10
+            and expect.get("size") == out.stat().st_size
+        ):
             return expect
     out.parent.mkdir(parents=True, exist_ok=True)
     return generate(out, size, seed)
@@ -185,8 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     expect = generate(args.out, args.size, args.seed)
-    print(f"{args.out}: {expect['size']} bytes, {expect['lines']} lines; expect {expect['category']} "
-          f"from line {expect['evidence_from']}", file=sys.stderr)
+    print(
+        f"{args.out}: {expect['size']} bytes, {expect['lines']} lines; expect {expect['category']} "
+        f"from line {expect['evidence_from']}",
+        file=sys.stderr,
+    )
     return 0
 
 

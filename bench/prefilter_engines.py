@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     anchors = sorted({a for r in load() for a in r.anchors})
     log = HERE / "out" / f"bench-{args.size >> 20}m.log"
     genlog.ensure(log, args.size)
-    for view in blocks(log):  # into the page cache
+    for _view in blocks(log):  # into the page cache
         pass
     reference = None
     print(f"{len(anchors)} anchors, {log.name} ({log.stat().st_size / (1 << 20):.0f} MiB)")
@@ -110,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             same = reference is None or hits == reference
         reference = reference or hits
         mib = log.stat().st_size / (1 << 20)
-        print(f"| {name} | {built * 1000:.1f} ms | {took:.2f} s | {mib / took:.0f} MiB/s | {len(hits)}{'' if same else ' (DIFFERENT)'} |")
+        print(
+            f"| {name} | {built * 1000:.1f} ms | {took:.2f} s | {mib / took:.0f} MiB/s | {len(hits)}{'' if same else ' (DIFFERENT)'} |"
+        )
     return 0
 
 

@@ -67,7 +67,7 @@ def anchors_file() -> Path:
 def timed(cmd: list[str], stdout=subprocess.DEVNULL) -> tuple[float, float, int, bytes]:
     """(wall seconds, peak RSS in MB, exit status, stdout) of one run under /usr/bin/time -v."""
     start = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True)
     wall = time.perf_counter() - start
     m = re.search(rb"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
     rss = int(m.group(1)) / 1000 if m else float("nan")
@@ -201,10 +201,19 @@ def targets(results: list[dict], cold: dict | None) -> list[tuple[str, bool]]:
     for r in results:
         t = r["tools"]["vllm-doctor explain"]
         if r["size"] >= 1 << 30:
-            out.append((f"1 GiB within {TARGET_RATIO}x of rg: {t['ratio_to_rg']:.2f}x", t["ratio_to_rg"] <= TARGET_RATIO))
-        out.append((f"peak RSS at {r['size'] >> 20} MiB <= {TARGET_RSS_MB} MB: {t['peak_rss_mb']:.0f} MB", t["peak_rss_mb"] <= TARGET_RSS_MB))
+            out.append(
+                (f"1 GiB within {TARGET_RATIO}x of rg: {t['ratio_to_rg']:.2f}x", t["ratio_to_rg"] <= TARGET_RATIO)
+            )
+        out.append(
+            (
+                f"peak RSS at {r['size'] >> 20} MiB <= {TARGET_RSS_MB} MB: {t['peak_rss_mb']:.0f} MB",
+                t["peak_rss_mb"] <= TARGET_RSS_MB,
+            )
+        )
     if cold:
-        out.append((f"cold explain <= {TARGET_COLD_MS} ms: {cold['explain_ms']:.0f} ms", cold["explain_ms"] <= TARGET_COLD_MS))
+        out.append(
+            (f"cold explain <= {TARGET_COLD_MS} ms: {cold['explain_ms']:.0f} ms", cold["explain_ms"] <= TARGET_COLD_MS)
+        )
     return out
 
 
@@ -219,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     need("/usr/bin/time", "apt-get install -y time")
     OUT.mkdir(exist_ok=True)
     info = machine()
-    print(f"machine: {info['cpu']}, {info['cores']} cores, {info['memory']}; load {info['load_before']}", file=sys.stderr)
+    print(
+        f"machine: {info['cpu']}, {info['cores']} cores, {info['memory']}; load {info['load_before']}", file=sys.stderr
+    )
     anchors = anchors_file()
     results = [bench_size(genlog.parse_size(s), args.repeat, anchors) for s in args.sizes.split(",") if s]
     cold = cold_start(args.cold_runs) if args.cold_runs else None
@@ -229,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         import fuzz as fuzz_mod
 
         fuzz = fuzz_mod.run(args.fuzz, seed=0)
-    (OUT / "results.json").write_text(json.dumps({"machine": info, "results": results, "cold": cold, "fuzz": fuzz}, indent=1))
+    (OUT / "results.json").write_text(
+        json.dumps({"machine": info, "results": results, "cold": cold, "fuzz": fuzz}, indent=1)
+    )
     print(table(results, cold))
     print(f"\nmachine: {info['cpu']}, {info['cores']} cores, {info['memory']}, {info['os']}, Python {info['python']}, "
           f"{info['ripgrep']}, {info['grep']}, hyperscan {info['hyperscan']}; load {info['load_before']} -> {info['load_after']}")  # fmt: skip
@@ -238,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'PASS' if passed else 'MISS'} {text}")
         ok &= passed
     if fuzz:
-        print(f"{'PASS' if not fuzz['tracebacks'] else 'MISS'} fuzz: {fuzz['cases']} cases, {fuzz['tracebacks']} tracebacks")
+        print(
+            f"{'PASS' if not fuzz['tracebacks'] else 'MISS'} fuzz: {fuzz['cases']} cases, {fuzz['tracebacks']} tracebacks"
+        )
         ok &= not fuzz["tracebacks"]
     return 1 if args.check and not ok else 0
 

@@ -12,8 +12,6 @@ FIXTURES = ROOT / "fixtures"
 LAB = FIXTURES / "lab"
 
 
-
-
 def _shared() -> Path | None:
     """../shared beside the checkout (CI lays a copy there too); VLLM_DOCTOR_SHARED overrides."""
     if os.environ.get("VLLM_DOCTOR_SHARED"):
@@ -33,8 +31,9 @@ def shared() -> Path:
         pytest.skip("no ../shared beside this checkout")
     return SHARED
 
+
 # a small valid rule file, for tests that load user rules or break one on purpose
-SAMPLE_RULE = '''
+SAMPLE_RULE = """
 id = "my-rule"
 category = "my-category"
 title = "A title"
@@ -48,7 +47,7 @@ example = "it happened 3"
 [[fixes]]
 action = "Do the thing"
 why = "Because."
-'''
+"""
 
 
 @pytest.fixture(scope="session")

@@ -75,14 +75,20 @@ def explain(
     ] = None,
     metrics: Annotated[
         Optional[str],
-        typer.Option("--metrics", help="Diagnose a running server from its /metrics (a URL, or a saved scrape).", metavar="URL"),
+        typer.Option(
+            "--metrics", help="Diagnose a running server from its /metrics (a URL, or a saved scrape).", metavar="URL"
+        ),
     ] = None,
     no_redact: Annotated[
         bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in markdown/json output.")
     ] = False,
     model: Annotated[
         Optional[str],
-        typer.Option("--model", help="The model's repo id or directory, for its config.json (default: the log's).", metavar="ID|PATH"),
+        typer.Option(
+            "--model",
+            help="The model's repo id or directory, for its config.json (default: the log's).",
+            metavar="ID|PATH",
+        ),
     ] = None,
     config: Annotated[
         Optional[str], typer.Option("--config", help="Use this config.json for the model.", metavar="FILE")
@@ -202,13 +208,21 @@ def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of r
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
 def serve(
     vllm_args: Annotated[
-        list[str], typer.Argument(help="The model and the vllm serve arguments, after --.", metavar="MODEL_AND_ARGS", show_default=False)
+        list[str],
+        typer.Argument(
+            help="The model and the vllm serve arguments, after --.", metavar="MODEL_AND_ARGS", show_default=False
+        ),
     ],
-    vllm_bin: Annotated[Optional[str], typer.Option("--vllm-bin", help="The vllm executable (default: vllm on PATH).")] = None,
-    report_dir: Annotated[
-        Optional[Path], typer.Option("--report-dir", help="Write the incident report here (default: ./vllm-doctor-reports/<time>/).")
+    vllm_bin: Annotated[
+        Optional[str], typer.Option("--vllm-bin", help="The vllm executable (default: vllm on PATH).")
     ] = None,
-    always_report: Annotated[bool, typer.Option("--always-report", help="Write the report after a clean exit too.")] = False,
+    report_dir: Annotated[
+        Optional[Path],
+        typer.Option("--report-dir", help="Write the incident report here (default: ./vllm-doctor-reports/<time>/)."),
+    ] = None,
+    always_report: Annotated[
+        bool, typer.Option("--always-report", help="Write the report after a clean exit too.")
+    ] = False,
     log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Also keep the raw output here.")] = None,
     grace: Annotated[
         float, typer.Option("--grace", min=0, help="Seconds after a forwarded SIGINT/SIGTERM/SIGHUP before SIGKILL.")
@@ -217,10 +231,19 @@ def serve(
         float, typer.Option("--reap-wait", min=0, help="Seconds vLLM's other processes get to exit after the main one.")
     ] = 15.0,
     watch_samples: Annotated[
-        int, typer.Option("--watch-samples", min=1, help="Warn after this many stats samples with requests waiting on a full KV cache.")
+        int,
+        typer.Option(
+            "--watch-samples",
+            min=1,
+            help="Warn after this many stats samples with requests waiting on a full KV cache.",
+        ),
     ] = 3,
-    no_watch: Annotated[bool, typer.Option("--no-watch", help="Do not watch the stats lines while the server runs.")] = False,
-    no_redact: Annotated[bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in the report.")] = False,
+    no_watch: Annotated[
+        bool, typer.Option("--no-watch", help="Do not watch the stats lines while the server runs.")
+    ] = False,
+    no_redact: Annotated[
+        bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in the report.")
+    ] = False,
     rules_dirs: Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).")] = [],  # noqa: B006
 ) -> None:
     """Run vllm serve, pass its output through, and on a bad exit write a diagnosed incident report.
@@ -295,27 +318,57 @@ def watch(
 def plan(
     models: Annotated[
         Optional[list[str]],
-        typer.Argument(help="Repo ids or model directories; several share one GPU.", metavar="[MODEL]...", show_default=False),
+        typer.Argument(
+            help="Repo ids or model directories; several share one GPU.", metavar="[MODEL]...", show_default=False
+        ),
     ] = None,
-    config: Annotated[list[str], typer.Option("--config", help="A config.json (repeatable: one model each).", metavar="FILE")] = [],  # noqa: B006
-    params: Annotated[Optional[str], typer.Option("--params", help="Parameters, e.g. 7B (overrides the config).")] = None,
+    config: Annotated[
+        list[str], typer.Option("--config", help="A config.json (repeatable: one model each).", metavar="FILE")
+    ] = [],  # noqa: B006
+    params: Annotated[
+        Optional[str], typer.Option("--params", help="Parameters, e.g. 7B (overrides the config).")
+    ] = None,
     layers: Annotated[Optional[int], typer.Option("--layers", min=1, help="Layers (shape by hand).")] = None,
-    heads: Annotated[Optional[int], typer.Option("--heads", min=1, help="Attention heads (for valid TP sizes).")] = None,
+    heads: Annotated[
+        Optional[int], typer.Option("--heads", min=1, help="Attention heads (for valid TP sizes).")
+    ] = None,
     kv_heads: Annotated[Optional[int], typer.Option("--kv-heads", min=1, help="KV heads.")] = None,
     head_dim: Annotated[Optional[int], typer.Option("--head-dim", min=1, help="Head size.")] = None,
-    dtype: Annotated[Optional[str], typer.Option("--dtype", help="Weight dtype (default: the config's, else bfloat16).")] = None,
-    gpu_memory: Annotated[str, typer.Option("--gpu-memory", help="Per GPU: 80GB (10^9 B), 80GiB (2^30 B), or auto (NVML).")] = "auto",
-    gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="GPUs available (default: NVML's count).")] = None,
-    utilization: Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of each GPU vLLM may use.")] = 0.90,
-    max_model_len: Annotated[Optional[int], typer.Option("--max-model-len", min=1, help="Tokens per sequence (default: the model's maximum).")] = None,
+    dtype: Annotated[
+        Optional[str], typer.Option("--dtype", help="Weight dtype (default: the config's, else bfloat16).")
+    ] = None,
+    gpu_memory: Annotated[
+        str, typer.Option("--gpu-memory", help="Per GPU: 80GB (10^9 B), 80GiB (2^30 B), or auto (NVML).")
+    ] = "auto",
+    gpus: Annotated[
+        Optional[int], typer.Option("--gpus", min=1, help="GPUs available (default: NVML's count).")
+    ] = None,
+    utilization: Annotated[
+        float, typer.Option("--gpu-memory-utilization", help="Fraction of each GPU vLLM may use.")
+    ] = 0.90,
+    max_model_len: Annotated[
+        Optional[int],
+        typer.Option("--max-model-len", min=1, help="Tokens per sequence (default: the model's maximum)."),
+    ] = None,
     tp: Annotated[int, typer.Option("--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel size.")] = 1,
     kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto (the model's dtype) or fp8.")] = "auto",
-    quantization: Annotated[Optional[str], typer.Option("--quantization", "-q", help="awq, gptq, fp8, ... (bits per weight).")] = None,
-    target_concurrency: Annotated[Optional[int], typer.Option("--target-concurrency", min=1, help="Sequences to hold at once.")] = None,
+    quantization: Annotated[
+        Optional[str], typer.Option("--quantization", "-q", help="awq, gptq, fp8, ... (bits per weight).")
+    ] = None,
+    target_concurrency: Annotated[
+        Optional[int], typer.Option("--target-concurrency", min=1, help="Sequences to hold at once.")
+    ] = None,
     block_size: Annotated[int, typer.Option("--block-size", min=1, help="Tokens per KV block.")] = 16,
-    prompt_len: Annotated[Optional[int], typer.Option("--prompt-len", min=1, help="Show the blocks a prompt of this length takes.")] = None,
-    samples: Annotated[int, typer.Option("--samples", min=1, help="Parallel samples of that prompt (shared vs not).")] = 1,
-    overhead: Annotated[Optional[str], typer.Option("--overhead", help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default 0).")] = None,
+    prompt_len: Annotated[
+        Optional[int], typer.Option("--prompt-len", min=1, help="Show the blocks a prompt of this length takes.")
+    ] = None,
+    samples: Annotated[
+        int, typer.Option("--samples", min=1, help="Parallel samples of that prompt (shared vs not).")
+    ] = 1,
+    overhead: Annotated[
+        Optional[str],
+        typer.Option("--overhead", help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default 0)."),
+    ] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Never touch the network (the HF cache only).")] = False,
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Do not ask NVML for the GPUs.")] = False,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
@@ -375,5 +428,7 @@ def _one_line_error(e: Exception) -> int:
         return 2
     if os.environ.get("VLLM_DOCTOR_DEBUG"):
         raise e
-    typer.echo(f"vllm-doctor: internal error: {type(e).__name__}: {e} (set VLLM_DOCTOR_DEBUG=1 for the traceback)", err=True)
+    typer.echo(
+        f"vllm-doctor: internal error: {type(e).__name__}: {e} (set VLLM_DOCTOR_DEBUG=1 for the traceback)", err=True
+    )
     return 3

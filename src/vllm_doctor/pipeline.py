@@ -6,13 +6,13 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_doctor.read import logread
-from vllm_doctor.matching import loader as rules_mod
-from vllm_doctor.knowledge.checks import DEFAULT_BLOCK_SIZE, CheckInput, Options, concurrency_budget
 from vllm_doctor.data import MODEL_SHAPE_KEYS, Report, Rule
+from vllm_doctor.knowledge.checks import DEFAULT_BLOCK_SIZE, CheckInput, Options, concurrency_budget
 from vllm_doctor.knowledge.diagnose import diagnose
-from vllm_doctor.matching.engine import Engine
 from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.matching import loader as rules_mod
+from vllm_doctor.matching.engine import Engine
+from vllm_doctor.read import logread
 
 
 def load_rules(extra_dirs: Iterable[Path] = ()) -> list[Rule]:
@@ -89,6 +89,7 @@ def model_facts(facts: Facts, options: Options, model_note: str | None) -> dict:
     facts.model stays the model's name, as report/1 has it; its shape goes beside it."""
     from vllm_doctor.knowledge.checks import model_kv
     from vllm_doctor.knowledge.crosscheck import cross_check
+
     inp = CheckInput(facts.flat(), facts, None, options)
     shape = options.shape
     if shape is not None:
@@ -101,7 +102,9 @@ def model_facts(facts: Facts, options: Options, model_note: str | None) -> dict:
         model = dict.fromkeys(MODEL_SHAPE_KEYS)
         model["name"] = options.model or facts.get("model")
         model["note"] = model_note
-    gpu = options.gpu_snapshot.to_json() if options.gpu_snapshot else {"available": False, "reason": None, "devices": []}
+    gpu = (
+        options.gpu_snapshot.to_json() if options.gpu_snapshot else {"available": False, "reason": None, "devices": []}
+    )
     return {"model_shape": model, "capacity": cross_check(inp, model_note).to_json(), "gpu": gpu}
 
 

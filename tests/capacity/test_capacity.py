@@ -9,8 +9,8 @@ import pytest
 
 from conftest import FIXTURES, LAB
 from vllm_doctor.capacity import arithmetic as cap
-from vllm_doctor.knowledge.checks import Options
 from vllm_doctor.capacity.modelcfg import shape_from_config
+from vllm_doctor.knowledge.checks import Options
 from vllm_doctor.render.report import to_dict, to_markdown
 
 CONFIGS = FIXTURES / "configs"
@@ -46,9 +46,13 @@ def test_parameter_counts():
 def test_the_seed_steps():
     """7B bf16 on an 80 GB card at 0.90: 14.0 GB of weights, 58.0 GB of cache, 131,072 B per
     token, about 442,000 tokens, about 54 sequences of 8,192 and 13 of 32,768."""
-    s = shape_from_config({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128})
+    s = shape_from_config(
+        {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}
+    )
     bpt = cap.kv_bytes_per_token(s, cap.dtype_bytes("bfloat16"))
-    budget = cap.Budget(total_bytes=80e9, utilization=0.90, weights_bytes=7e9 * 2, overhead_bytes=0, bytes_per_token=bpt)
+    budget = cap.Budget(
+        total_bytes=80e9, utilization=0.90, weights_bytes=7e9 * 2, overhead_bytes=0, bytes_per_token=bpt
+    )
     assert budget.weights_bytes == 14e9
     assert budget.cache_bytes == pytest.approx(58e9)
     assert bpt == 131_072
@@ -98,7 +102,7 @@ def test_split_card_stays_within_the_budget_and_above_each_need():
     needs = [30e9, 20e9]
     fractions = cap.split_card(needs, 80e9, 0.90)
     assert sum(fractions) <= 0.90
-    assert all(f * 80e9 >= n for f, n in zip(fractions, needs))
+    assert all(f * 80e9 >= n for f, n in zip(fractions, needs, strict=False))
     assert cap.split_card([50e9, 40e9], 80e9, 0.90) is None
 
 
@@ -144,7 +148,11 @@ def test_without_a_model_the_keys_are_there_and_null(run):
     facts = to_dict(run(LAB / "cache-fits.log"))["facts"]
     assert {"name", "layers", "attention_heads", "kv_heads", "head_dim", "kv_bytes_per_token",
             "max_position_embeddings", "params", "params_source"} <= set(facts["model_shape"])  # fmt: skip
-    assert facts["model_shape"]["layers"] is None and facts["model_shape"]["name"] and facts["model"] == facts["model_shape"]["name"]
+    assert (
+        facts["model_shape"]["layers"] is None
+        and facts["model_shape"]["name"]
+        and facts["model"] == facts["model_shape"]["name"]
+    )
     assert {"predicted_tokens", "logged_tokens", "difference_pct", "explanation"} <= set(facts["capacity"])
     assert facts["capacity"]["predicted_tokens"] is None and facts["capacity"]["logged_tokens"] == 8192
     assert {"available", "reason", "devices"} <= set(facts["gpu"]) and facts["gpu"]["available"] is False
@@ -177,7 +185,9 @@ def test_cache_oom_fit_from_the_config_when_vllm_gives_no_estimate(run, tmp_path
 
 def test_tp_divisibility_lists_valid_sizes_from_the_config(run):
     """The bare AssertionError about KV heads says nothing of the model; its config does."""
-    top = run(LAB / "tp-divisibility-kv-heads.log", options=Options(model=str(CONFIGS / "lab-tiny-llama-h6kv4"))).diagnoses[0]
+    top = run(
+        LAB / "tp-divisibility-kv-heads.log", options=Options(model=str(CONFIGS / "lab-tiny-llama-h6kv4"))
+    ).diagnoses[0]
     assert top.category == "tp-divisibility"
     assert top.numbers["valid_tp_sizes"] == [1, 2]
     assert top.numbers["num_kv_heads"] == 4

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from conftest import LAB
 from vllm_doctor.capacity import gpu
-from vllm_doctor.knowledge.checks import Options
 from vllm_doctor.cli import app
+from vllm_doctor.knowledge.checks import Options
 from vllm_doctor.render.report import to_dict, to_markdown
 
 MIB = 2**20
@@ -22,10 +22,14 @@ class FakeNvml:
     def __init__(self, fail_on: str | None = None, devices=None):
         self.fail_on = fail_on
         self.closed = False
-        self.devices = devices if devices is not None else [
-            ("NVIDIA H100 80GB HBM3", (81559 * MIB, 20480 * MIB, 61079 * MIB), [(4242, 20480 * MIB), (4243, None)]),
-            ("NVIDIA H100 80GB HBM3", (81559 * MIB, 0, 81559 * MIB), []),
-        ]
+        self.devices = (
+            devices
+            if devices is not None
+            else [
+                ("NVIDIA H100 80GB HBM3", (81559 * MIB, 20480 * MIB, 61079 * MIB), [(4242, 20480 * MIB), (4243, None)]),
+                ("NVIDIA H100 80GB HBM3", (81559 * MIB, 0, 81559 * MIB), []),
+            ]
+        )
 
     def _maybe_fail(self, what):
         if self.fail_on == what:
@@ -74,7 +78,13 @@ def test_snapshot_from_the_adapter():
     assert snap.available and fake.closed
     assert (snap.driver_version, snap.cuda_version) == ("550.54.15", "12.4")
     d0 = snap.devices[0]
-    assert (d0.index, d0.name, d0.total_mib, d0.used_mib, d0.free_mib) == (0, "NVIDIA H100 80GB HBM3", 81559, 20480, 61079)
+    assert (d0.index, d0.name, d0.total_mib, d0.used_mib, d0.free_mib) == (
+        0,
+        "NVIDIA H100 80GB HBM3",
+        81559,
+        20480,
+        61079,
+    )
     assert [(p.pid, p.name, p.used_mib) for p in d0.processes] == [(4242, "python3", 20480), (4243, "jupyter", None)]
     data = snap.to_json()
     assert {"available", "reason", "devices"} <= set(data)

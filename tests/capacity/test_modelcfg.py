@@ -146,7 +146,13 @@ def test_kv_head_fallbacks_per_architecture():
     assert shape_from_config(base).kv_heads == 8  # plain MHA
     assert shape_from_config({**base, "num_key_value_heads": None}).kv_heads == 8
     assert shape_from_config({**base, "model_type": "falcon", "multi_query": True}).kv_heads == 1
-    falcon40 = {**base, "model_type": "falcon", "multi_query": True, "new_decoder_architecture": True, "num_kv_heads": 2}
+    falcon40 = {
+        **base,
+        "model_type": "falcon",
+        "multi_query": True,
+        "new_decoder_architecture": True,
+        "num_kv_heads": 2,
+    }
     assert shape_from_config(falcon40).kv_heads == 2
     assert shape_from_config({**base, "model_type": "mpt", "attn_config": {"kv_n_heads": 2}}).kv_heads == 2
     assert shape_from_config({**base, "multi_query_group_num": 2}).kv_heads == 2  # ChatGLM
@@ -274,7 +280,18 @@ def test_repo_id_resolves_from_the_cache_offline(tmp_path, variable):
     cache = tmp_path / "hub" if variable == "HF_HOME" else tmp_path
     build_hub_cache(cache, "vllm-lab/wide-llama", CONFIGS / "lab-wide-llama" / "config.json")
     env = _env(**{variable: str(tmp_path), "HF_HUB_OFFLINE": "1"})
-    r = _doctor("plan", "vllm-lab/wide-llama", "--gpu-memory", "80GB", "--max-model-len", "8192", "--no-gpu", "-f", "json", env=env)
+    r = _doctor(
+        "plan",
+        "vllm-lab/wide-llama",
+        "--gpu-memory",
+        "80GB",
+        "--max-model-len",
+        "8192",
+        "--no-gpu",
+        "-f",
+        "json",
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     model = json.loads(r.stdout)["models"][0]["model"]
     assert model["source"] == "Hugging Face cache"
@@ -298,8 +315,18 @@ def test_not_cached_and_offline_is_one_line(tmp_path):
     env = _env(HF_HUB_CACHE=str(tmp_path), HF_HUB_OFFLINE="1")
     r = _doctor("plan", "vllm-lab/not-cached", "--gpu-memory", "80GB", "--no-gpu", env=env)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
-    assert "not in the Hugging Face cache" in r.stderr and "HF_HUB_OFFLINE=1" in r.stderr and "Traceback" not in r.stderr
-    r = _doctor("plan", "vllm-lab/not-cached", "--offline", "--gpu-memory", "80GB", "--no-gpu", env=_env(HF_HUB_CACHE=str(tmp_path)))
+    assert (
+        "not in the Hugging Face cache" in r.stderr and "HF_HUB_OFFLINE=1" in r.stderr and "Traceback" not in r.stderr
+    )
+    r = _doctor(
+        "plan",
+        "vllm-lab/not-cached",
+        "--offline",
+        "--gpu-memory",
+        "80GB",
+        "--no-gpu",
+        env=_env(HF_HUB_CACHE=str(tmp_path)),
+    )
     assert r.returncode == 2 and "--offline forbids the network" in r.stderr
 
 
@@ -312,7 +339,10 @@ class _Hub(http.server.BaseHTTPRequestHandler):
 
     def _answer(self) -> bool:
         self.requests.append(f"{self.command} {self.path}")
-        codes = {"gated": (403, "GatedRepo", "Access to model org/m is restricted."), "missing": (404, "RepoNotFound", "Repository not found")}
+        codes = {
+            "gated": (403, "GatedRepo", "Access to model org/m is restricted."),
+            "missing": (404, "RepoNotFound", "Repository not found"),
+        }
         if self.mode in codes or not self.path.endswith("/config.json"):
             code, err, msg = codes.get(self.mode, (404, "EntryNotFound", "Entry not found"))
             self.send_response(code)
@@ -323,7 +353,7 @@ class _Hub(http.server.BaseHTTPRequestHandler):
             return False
         self.send_response(200)
         self.send_header("X-Repo-Commit", "a" * 40)
-        self.send_header("ETag", '"%s"' % hashlib.sha1(self.body).hexdigest())
+        self.send_header("ETag", f'"{hashlib.sha1(self.body).hexdigest()}"')
         self.send_header("Content-Length", str(len(self.body)))
         self.end_headers()
         return True
@@ -362,13 +392,24 @@ def test_downloads_config_json_only_then_works_offline_from_the_cache(tmp_path, 
     assert [f.rsplit("/", 1)[1] for f in files] == ["config.json"]  # no weights
     assert not any("safetensors" in r_ and "resolve" in r_ for r_ in _Hub.requests)
     # the hub wrote the cache; a second run needs no network
-    r = _doctor("plan", "org/m", "--gpu-memory", "80GB", "--no-gpu", "-f", "json", env=_env(HF_HUB_CACHE=str(tmp_path), HF_HUB_OFFLINE="1"))
+    r = _doctor(
+        "plan",
+        "org/m",
+        "--gpu-memory",
+        "80GB",
+        "--no-gpu",
+        "-f",
+        "json",
+        env=_env(HF_HUB_CACHE=str(tmp_path), HF_HUB_OFFLINE="1"),
+    )
     assert json.loads(r.stdout)["models"][0]["model"]["source"] == "Hugging Face cache"
 
 
 def test_gated_repo_names_hf_token(tmp_path, hub):
     _Hub.mode = "gated"
-    env = _env(HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}", HF_HUB_CACHE=str(tmp_path), HF_HOME=str(tmp_path))
+    env = _env(
+        HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}", HF_HUB_CACHE=str(tmp_path), HF_HOME=str(tmp_path)
+    )
     r = _doctor("plan", "org/m", "--gpu-memory", "80GB", "--no-gpu", env=env)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "gated" in r.stderr and "HF_TOKEN is not set" in r.stderr
@@ -381,7 +422,9 @@ def test_gated_repo_names_hf_token(tmp_path, hub):
 
 def test_missing_repo_and_unreachable_hub(tmp_path, hub):
     _Hub.mode = "missing"
-    env = _env(HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}", HF_HUB_CACHE=str(tmp_path), HF_HOME=str(tmp_path))
+    env = _env(
+        HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}", HF_HUB_CACHE=str(tmp_path), HF_HOME=str(tmp_path)
+    )
     r = _doctor("plan", "org/m", "--gpu-memory", "80GB", "--no-gpu", env=env)
     assert r.returncode == 2 and "no such model" in r.stderr
     closed = _env(HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_CACHE=str(tmp_path), HF_HOME=str(tmp_path))

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from conftest import FIXTURES
 from vllm_doctor.capacity import gpu
-from vllm_doctor.cli import app
 from vllm_doctor.capacity.plan import PlanError, PlanRequest, make_plan
+from vllm_doctor.cli import app
 
 CONFIGS = FIXTURES / "configs"
 SEED = ["--params", "7B", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--dtype", "bfloat16",
@@ -63,7 +63,9 @@ def test_the_block_examples():
 
 
 def test_gib_in_gib_out():
-    code, data = plan_json(*SEED[:-4], "--gpu-memory", "80GiB", "--gpu-memory-utilization", "0.90", "--max-model-len", "8192")
+    code, data = plan_json(
+        *SEED[:-4], "--gpu-memory", "80GiB", "--gpu-memory-utilization", "0.90", "--max-model-len", "8192"
+    )
     m = data["models"][0]
     assert m["cache_bytes"] == pytest.approx(80 * 2**30 * 0.9 - 14e9)
     assert data["gpu"]["unit"] == "GiB"
@@ -72,7 +74,9 @@ def test_gib_in_gib_out():
 
 
 def test_valid_tp_sizes_and_the_serve_line():
-    code, data = plan_json(CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--tensor-parallel-size", "4", "--max-model-len", "8192")
+    code, data = plan_json(
+        CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--tensor-parallel-size", "4", "--max-model-len", "8192"
+    )
     assert code == 0
     m = data["models"][0]
     assert m["valid_tp_sizes"] == [1, 2, 4, 8]
@@ -102,7 +106,9 @@ def test_target_concurrency_gives_the_length():
 
 
 def test_mla_fp8_weights_and_kv_dtype():
-    code, data = plan_json(CONFIGS / "deepseek-v3", "--gpu-memory", "141GB", "--gpus", "8", "-tp", "8", "--max-model-len", "32768")
+    code, data = plan_json(
+        CONFIGS / "deepseek-v3", "--gpu-memory", "141GB", "--gpus", "8", "-tp", "8", "--max-model-len", "32768"
+    )
     m = data["models"][0]
     assert m["kv_bytes_per_token"] == 70_272  # MLA: the latent is not split over TP
     assert m["weights_bytes"] == pytest.approx(m["model"]["params"] * 1)  # fp8 checkpoint: 8 bits per weight
@@ -114,14 +120,18 @@ def test_mla_fp8_weights_and_kv_dtype():
 
 
 def test_several_models_on_one_card():
-    code, data = plan_json(CONFIGS / "llama-3-8b", CONFIGS / "qwen2.5-7b", "--gpu-memory", "80GB", "--max-model-len", "8192")
+    code, data = plan_json(
+        CONFIGS / "llama-3-8b", CONFIGS / "qwen2.5-7b", "--gpu-memory", "80GB", "--max-model-len", "8192"
+    )
     assert code == 0
     fractions = [s["gpu_memory_utilization"] for s in data["split"]]
     assert sum(fractions) <= 0.90 and all(f > 0.2 for f in fractions)
-    for m, f in zip(data["models"], fractions):
+    for m, f in zip(data["models"], fractions, strict=False):
         assert m["gpu_memory_utilization"] == f and m["worst_case_sequences"] >= 1
         assert f"--gpu-memory-utilization {f:.2f}" in m["serve_command"]
-    code, data = plan_json(CONFIGS / "llama-3-70b", CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--max-model-len", "8192")
+    code, data = plan_json(
+        CONFIGS / "llama-3-70b", CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--max-model-len", "8192"
+    )
     assert code == 1 and data["split"] is None and "do not fit together" in data["notes"][-1]
 
 

@@ -68,7 +68,14 @@ def test_several_files_keep_their_own_line_numbers():
     data = json.loads(explain(LAB / "healthy.log", LAB / "tp-divisibility.log", "-f", "json").output)
     ev = data["diagnoses"][0]["evidence"][0]
     assert ev["path"].endswith("tp-divisibility.log")
-    assert (LAB / "tp-divisibility.log").read_bytes().decode().split("\n")[ev["line"] - 1].strip().startswith(ev["text"][:40])
+    assert (
+        (LAB / "tp-divisibility.log")
+        .read_bytes()
+        .decode()
+        .split("\n")[ev["line"] - 1]
+        .strip()
+        .startswith(ev["text"][:40])
+    )
 
 
 def test_unreadable_input_is_one_clear_line_and_exit_2(tmp_path):
@@ -83,7 +90,9 @@ def test_unreadable_input_is_one_clear_line_and_exit_2(tmp_path):
 
 
 def test_target_concurrency_budget():
-    data = json.loads(explain(LAB / "healthy.log", "-f", "json", "--target-concurrency", "2048", "--target-len", "1024").output)
+    data = json.loads(
+        explain(LAB / "healthy.log", "-f", "json", "--target-concurrency", "2048", "--target-len", "1024").output
+    )
     budget = data["facts"]["concurrency"]
     assert budget["kv_tokens"] == 1048576
     assert budget["worst_case_sequences"] == 1024
@@ -94,7 +103,9 @@ def test_target_concurrency_budget():
 def test_runs_as_a_module():
     proc = subprocess.run(
         [sys.executable, "-m", "vllm_doctor", "explain", str(LAB / "cache-oom.log"), "-f", "json"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 1
     assert json.loads(proc.stdout)["status"] == "failed"
@@ -103,7 +114,9 @@ def test_runs_as_a_module():
 def test_usage_error_is_one_line_with_status_2():
     proc = subprocess.run(
         [sys.executable, "-m", "vllm_doctor", "explain", str(LAB / "healthy.log"), "--format", "yaml"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--format" in proc.stderr

@@ -42,8 +42,16 @@ def vllm_env() -> dict[str, str]:
 
 def serve_cmd(*vllm_args: str, doctor: tuple[str, ...] = ()) -> list[str]:
     return [
-        sys.executable, "-m", "vllm_doctor", "serve", "--vllm-bin", str(Path(VENV) / "bin" / "vllm"), *doctor,
-        "--", str(Path(MODELS) / "tiny-llama"), *vllm_args,
+        sys.executable,
+        "-m",
+        "vllm_doctor",
+        "serve",
+        "--vllm-bin",
+        str(Path(VENV) / "bin" / "vllm"),
+        *doctor,
+        "--",
+        str(Path(MODELS) / "tiny-llama"),
+        *vllm_args,
     ]
 
 
@@ -96,9 +104,21 @@ def test_failed_start_tp_divisibility(tmp_path):
     port = free_port()
     t0 = time.monotonic()
     p = subprocess.run(
-        serve_cmd("--max-model-len", "1024", "--tensor-parallel-size", "3", "--host", "127.0.0.1", "--port", str(port),
-                  doctor=("--report-dir", "incident")),
-        cwd=tmp_path, env=vllm_env(), capture_output=True, timeout=240,
+        serve_cmd(
+            "--max-model-len",
+            "1024",
+            "--tensor-parallel-size",
+            "3",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            doctor=("--report-dir", "incident"),
+        ),
+        cwd=tmp_path,
+        env=vllm_env(),
+        capture_output=True,
+        timeout=240,
     )
     print(f"tp-divisibility: exit {p.returncode} after {time.monotonic() - t0:.1f} s")
     assert p.returncode == 1, p.stderr.decode()[-3000:]
@@ -115,10 +135,21 @@ def test_failed_start_tp_divisibility(tmp_path):
 
 def load(port: int, n: int, max_tokens: int, results: list) -> list[threading.Thread]:
     def one(i: int) -> None:
-        body = json.dumps({"model": str(Path(MODELS) / "tiny-llama"), "prompt": "hello world how are you " * 8,
-                           "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"}, method="POST")
+        body = json.dumps(
+            {
+                "model": str(Path(MODELS) / "tiny-llama"),
+                "prompt": "hello world how are you " * 8,
+                "max_tokens": max_tokens,
+                "temperature": 0.0,
+                "ignore_eos": True,
+            }
+        ).encode()
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/completions",
+            data=body,
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         try:
             with urllib.request.urlopen(req, timeout=120) as r:
                 usage = json.loads(r.read())["usage"]
@@ -139,12 +170,18 @@ def test_healthy_start_metrics_under_load_then_sigint(tmp_path):
     p = subprocess.Popen(
         # --max-num-seqs 2: a small load queues behind the sequence cap long enough to be seen
         serve_cmd("--max-model-len", "1024", "--max-num-seqs", "2", "--host", "127.0.0.1", "--port", str(port)),
-        cwd=tmp_path, env=vllm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+        env=vllm_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
     )
     out: list[bytes] = []
     err: list[bytes] = []
-    readers = [threading.Thread(target=lambda s=s, b=b: b.append(s.read()), daemon=True)
-               for s, b in ((p.stdout, out), (p.stderr, err))]
+    readers = [
+        threading.Thread(target=lambda s=s, b=b: b.append(s.read()), daemon=True)
+        for s, b in ((p.stdout, out), (p.stderr, err))
+    ]
     for r in readers:
         r.start()
     try:
@@ -154,8 +191,11 @@ def test_healthy_start_metrics_under_load_then_sigint(tmp_path):
             time.sleep(1)
         print(f"healthy: ready after {time.monotonic() - t0:.1f} s")
 
-        r = subprocess.run([sys.executable, "-m", "vllm_doctor", "explain", "--metrics", base, "--format", "json"],
-                           capture_output=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", "vllm_doctor", "explain", "--metrics", base, "--format", "json"],
+            capture_output=True,
+            timeout=60,
+        )
         idle = json.loads(r.stdout)
         assert r.returncode == 0 and idle["status"] == "healthy", r.stdout.decode()[-2000:]
         assert idle["facts"]["kv_cache"]["tokens"] == 1048576  # 1 GiB / 1,024 B per token
@@ -180,7 +220,9 @@ def test_healthy_start_metrics_under_load_then_sigint(tmp_path):
             assert r.exit_code == 0, r.output
             data = json.loads(r.stdout)
             m = data["facts"]["metrics"]
-            print(f"metrics at {time.monotonic() - t_load:.1f} s of load: running {m['running']}, waiting {m['waiting']}, KV {m['kv_usage_pct']}%")
+            print(
+                f"metrics at {time.monotonic() - t_load:.1f} s of load: running {m['running']}, waiting {m['waiting']}, KV {m['kv_usage_pct']}%"
+            )
             if m["running"] and (m["waiting"] or 0) >= 4:
                 busy = data
                 break

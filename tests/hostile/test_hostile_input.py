@@ -19,9 +19,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from typer.testing import CliRunner
@@ -103,8 +103,22 @@ def _mangled_examples(rng: random.Random) -> bytes:
     return "\n".join(lines).encode()
 
 
-_ODD_NAMES = ("m" * 5000, "~nosuchuser/model", "a\x00b", "../../../../etc/passwd", "/dev/zero", "/proc/self",
-              "-rf", "{model}", "%s%n", "org/" + "x" * 300, "", ".", "org//model", "https://example.invalid/x")
+_ODD_NAMES = (
+    "m" * 5000,
+    "~nosuchuser/model",
+    "a\x00b",
+    "../../../../etc/passwd",
+    "/dev/zero",
+    "/proc/self",
+    "-rf",
+    "{model}",
+    "%s%n",
+    "org/" + "x" * 300,
+    "",
+    ".",
+    "org//model",
+    "https://example.invalid/x",
+)
 
 
 def _odd_model_names(rng: random.Random) -> bytes:
@@ -194,7 +208,7 @@ def make_case(rng: random.Random, tmp: Path, index: int, heavy: bool = False) ->
     elif kind == "vanishing":
         path.write_bytes(log * rng.randint(50, 400))
 
-        def vanish(p=path, how=rng.random()):
+        def vanish(p=path, how=rng.random()):  # noqa: B008 (bound per case on purpose)
             time.sleep(0.001)
             try:
                 if how < 0.5:
@@ -384,7 +398,6 @@ def test_file_that_vanishes_mid_read(tmp_path):
 # --- rule files are data -------------------------------------------------------------------
 
 
-
 def _rules_dir(tmp_path: Path, text: str, name: str = "my-rule") -> Path:
     d = tmp_path / "rules"
     d.mkdir(exist_ok=True)
@@ -405,9 +418,9 @@ def _explain_with(tmp_path: Path, rules: Path, log: str = "it happened 3\n"):
     [
         ("when", "\"__import__('os').system('touch PWNED')\""),
         ("when", "\"open('/etc/passwd').read()\""),
-        ("checks", "[\"os.system\"]"),
+        ("checks", '["os.system"]'),
         ("python", "\"import os; os.system('touch PWNED')\""),
-        ("facts", "{ n = \"__builtins__\" }"),
+        ("facts", '{ n = "__builtins__" }'),
     ],
 )
 def test_a_rule_cannot_run_code(tmp_path, monkeypatch, key, value):
@@ -445,8 +458,8 @@ def test_a_rule_cannot_read_files(tmp_path):
 def test_loading_and_running_a_rule_opens_only_the_rule_files_and_runs_nothing(tmp_path, monkeypatch):
     """Watch every open() and eval/exec while rules load and run: only the rule files and the
     log are opened, nothing is evaluated."""
-    from vllm_doctor.pipeline import explain
     from vllm_doctor.matching.loader import load
+    from vllm_doctor.pipeline import explain
 
     rules_dir = _rules_dir(tmp_path, SAMPLE_RULE)
     log = tmp_path / "x.log"

@@ -12,7 +12,12 @@ from vllm_doctor.knowledge.facts import Facts, parse_args
     [
         (
             "{'model_tag': 'Qwen/Qwen3-8B', 'max_model_len': 32768, 'tensor_parallel_size': 2, 'gpu_memory_utilization': 0.85}",
-            {"model": "Qwen/Qwen3-8B", "max_model_len": 32768, "tensor_parallel_size": 2, "gpu_memory_utilization": 0.85},
+            {
+                "model": "Qwen/Qwen3-8B",
+                "max_model_len": 32768,
+                "tensor_parallel_size": 2,
+                "gpu_memory_utilization": 0.85,
+            },
             True,
         ),
         (
@@ -22,7 +27,13 @@ from vllm_doctor.knowledge.facts import Facts, parse_args
         ),
         (
             "model='Qwen/Qwen3-8B', dtype=torch.bfloat16, max_seq_len=32768, tensor_parallel_size=2, quantization=None, kv_cache_dtype=auto",
-            {"model": "Qwen/Qwen3-8B", "dtype": "bfloat16", "max_model_len": 32768, "tensor_parallel_size": 2, "kv_cache_dtype": "auto"},
+            {
+                "model": "Qwen/Qwen3-8B",
+                "dtype": "bfloat16",
+                "max_model_len": 32768,
+                "tensor_parallel_size": 2,
+                "kv_cache_dtype": "auto",
+            },
             False,
         ),
         (

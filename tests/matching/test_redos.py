@@ -15,13 +15,13 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import LAB, SAMPLE_RULE
-from vllm_doctor.matching import engine as engine_mod
-from vllm_doctor.read import logread
-from vllm_doctor.matching import redos
 from vllm_doctor.cli import app
-from vllm_doctor.matching.engine import Engine
 from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.matching import engine as engine_mod
+from vllm_doctor.matching import redos
+from vllm_doctor.matching.engine import Engine
 from vllm_doctor.matching.loader import compile_regex, load
+from vllm_doctor.read import logread
 
 BUILTIN = load()
 PATTERNS = [
@@ -92,7 +92,9 @@ def test_rules_check_rejects_nested_quantifiers(tmp_path):
     d = _rule(tmp_path, r"it happened: (\w+\s?)*$", "it happened: a b c", "it happened")
     result = CliRunner().invoke(app, ["rules", "check", str(d)])
     assert result.exit_code == 2
-    assert "slow-rule.toml: key 'patterns[0].regex': can backtrack catastrophically: nested quantifiers" in result.stderr
+    assert (
+        "slow-rule.toml: key 'patterns[0].regex': can backtrack catastrophically: nested quantifiers" in result.stderr
+    )
     log = tmp_path / "x.log"
     log.write_text("it happened: a b c\n")
     result = CliRunner().invoke(app, ["explain", str(log), "--rules", str(d)])  # refused on load too
@@ -168,8 +170,8 @@ def test_every_search_runs_under_the_regex_timeout(monkeypatch):
 def test_a_rule_slow_on_every_line_is_dropped_after_its_budget(tmp_path, monkeypatch):
     """A pattern slow on each of thousands of hostile lines would add up to hours: past
     RULE_BUDGET seconds of matching the rule is dropped, with a warning, and the run goes on."""
-    from vllm_doctor.pipeline import explain
     from vllm_doctor.matching.loader import parse
+    from vllm_doctor.pipeline import explain
 
     rule = parse(
         {
@@ -186,4 +188,6 @@ def test_a_rule_slow_on_every_line_is_dropped_after_its_budget(tmp_path, monkeyp
     start = time.perf_counter()
     report = explain([str(log)], [rule])
     assert time.perf_counter() - start < 10
-    assert any("dropped for matching too slowly on this input: slow-rule" in w for w in report.warnings), report.warnings
+    assert any("dropped for matching too slowly on this input: slow-rule" in w for w in report.warnings), (
+        report.warnings
+    )

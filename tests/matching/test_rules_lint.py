@@ -57,12 +57,12 @@ GOOD = SAMPLE_RULE
 @pytest.mark.parametrize(
     ("mutation", "key"),
     [
-        (("severity = \"warning\"", "severity = \"fatal\""), "severity"),
-        (("id = \"my-rule\"", "id = \"other\""), "id"),
+        (('severity = "warning"', 'severity = "fatal"'), "severity"),
+        (('id = "my-rule"', 'id = "other"'), "id"),
         (("(?P<n>", "((?P<n>"), "patterns[0].regex"),
-        (("anchors = [\"it happened\"]", "anchors = [\"it\"]"), "anchors"),
-        (("title = \"A title\"", "titel = \"A title\""), "titel"),
-        (("[[fixes]]\naction = \"Do the thing\"\nwhy = \"Because.\"", ""), "fixes"),
+        (('anchors = ["it happened"]', 'anchors = ["it"]'), "anchors"),
+        (('title = "A title"', 'titel = "A title"'), "titel"),
+        (('[[fixes]]\naction = "Do the thing"\nwhy = "Because."', ""), "fixes"),
     ],
 )
 def test_a_bad_rule_names_the_file_and_the_key(tmp_path, mutation, key):
@@ -91,7 +91,7 @@ def test_rules_cli_list_show_check(tmp_path):
     assert runner.invoke(app, ["rules", "show", "no-such-rule"]).exit_code == 2
     good = runner.invoke(app, ["rules", "check", str(write(tmp_path, "my-rule", GOOD))])
     assert good.exit_code == 0, good.output
-    (tmp_path / "rules" / "my-rule.toml").write_text(GOOD.replace("severity = \"warning\"", ""))
+    (tmp_path / "rules" / "my-rule.toml").write_text(GOOD.replace('severity = "warning"', ""))
     bad = runner.invoke(app, ["rules", "check", str(tmp_path / "rules")])
     assert bad.exit_code == 2 and "key 'severity'" in bad.output
 

@@ -47,7 +47,11 @@ def test_colour_forms_are_removed(raw):
         ("WARNING 05-01 12:00:40.123 [core.py:1] ", None, "WARNING"),
         ("WARN 05-01 12:00:40 [core.py:1] ", None, "WARNING"),
         # vLLM's process prefixes, every era
-        ("(VllmWorkerProcess pid=1234) INFO 06-11 08:01:40 multiproc_worker_utils.py:215] ", "VllmWorkerProcess", "INFO"),
+        (
+            "(VllmWorkerProcess pid=1234) INFO 06-11 08:01:40 multiproc_worker_utils.py:215] ",
+            "VllmWorkerProcess",
+            "INFO",
+        ),
         ("(_AsyncLLMEngine pid=4021) INFO 05-01 12:00:40 llm_engine.py:1] ", "_AsyncLLMEngine", "INFO"),
         ("(VllmWorker rank=1 pid=1234) INFO 05-01 12:00:40 [gpu_worker.py:1] ", "VllmWorker", "INFO"),
         ("(VllmWorker TP2 pid=1234) INFO 05-01 12:00:40 [gpu_worker.py:1] ", "VllmWorker_TP2", "INFO"),
@@ -73,9 +77,17 @@ def test_colour_forms_are_removed(raw):
         ("vllm-1  | (APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] ", "APIServer", "INFO"),
         ("vllm  | 2024-05-01T10:00:00Z INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
         ("2024-05-01T10:00:00.123456789Z INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
-        ("2025-07-10T14:22:05.123456789Z (EngineCore_DP0 pid=1) ERROR 07-10 14:22:05 [core.py:1] ", "EngineCore_DP0", "ERROR"),
+        (
+            "2025-07-10T14:22:05.123456789Z (EngineCore_DP0 pid=1) ERROR 07-10 14:22:05 [core.py:1] ",
+            "EngineCore_DP0",
+            "ERROR",
+        ),
         ("2025-05-01T10:00:00.000000000+00:00 stdout F INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
-        ("[2026-01-01T00:00:00Z]   | (EngineCore_DP0 pid=1) ERROR 05-01 12:00:40 [core.py:1] ", "EngineCore_DP0", "ERROR"),
+        (
+            "[2026-01-01T00:00:00Z]   | (EngineCore_DP0 pid=1) ERROR 05-01 12:00:40 [core.py:1] ",
+            "EngineCore_DP0",
+            "ERROR",
+        ),
         ("[2026-01-01T00:00:00Z]   | ", None, None),
         ("Nov 30 01:53:24 gpu-node-3 vllm[2201]: INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
         ("[pod/vllm-0/vllm] INFO 05-01 12:00:40 [core.py:1] ", None, "INFO"),
@@ -102,23 +114,42 @@ def test_prefixes_are_removed(prefix, process, level):
     ("raw", "message"),
     [
         # Ray's dedup suffix
-        (f"(RayWorkerWrapper pid=1, ip=10.0.0.2) INFO 05-01 12:00:40 worker.py:1] {MSG} [repeated 30x across cluster]", MSG),
+        (
+            f"(RayWorkerWrapper pid=1, ip=10.0.0.2) INFO 05-01 12:00:40 worker.py:1] {MSG} [repeated 30x across cluster]",
+            MSG,
+        ),
         # wrappers that put the source last
         (f"WARNING: {MSG} (scheduler.py:1558)", MSG),
         (f"{MSG} (vllm/core/scheduler.py:1558)", MSG),
         # servers that insert [address=..., pid=...] inside the message
-        ("ValueError: [address=0.0.0.0:40915, pid=3321] To serve at least one request", "ValueError: To serve at least one request"),
+        (
+            "ValueError: [address=0.0.0.0:40915, pid=3321] To serve at least one request",
+            "ValueError: To serve at least one request",
+        ),
         # HTML-escaped tracebacks
-        ("ValueError: This model&#x27;s maximum context length is 4096 tokens (4000 &gt; 4096 - 596)",
-         "ValueError: This model's maximum context length is 4096 tokens (4000 > 4096 - 596)"),
-        ('  File &quot;/x/vllm/config.py&quot;, line 3, in f', '  File "/x/vllm/config.py", line 3, in f'),
+        (
+            "ValueError: This model&#x27;s maximum context length is 4096 tokens (4000 &gt; 4096 - 596)",
+            "ValueError: This model's maximum context length is 4096 tokens (4000 > 4096 - 596)",
+        ),
+        ("  File &quot;/x/vllm/config.py&quot;, line 3, in f", '  File "/x/vllm/config.py", line 3, in f'),
         # tqdm bars glued to the next record
-        (f"Adding requests: 88%|████| 453/512 [00:06<00:00](EngineCore_DP0 pid=1) ERROR 05-01 12:00:40 [core.py:1] {MSG}", MSG),
-        (f"Loading safetensors checkpoint shards: 100% Completed | 8/8 [00:04<00:00,  1.92it/s]INFO 06-12 10:00:21 [core.py:1] {MSG}", MSG),
+        (
+            f"Adding requests: 88%|████| 453/512 [00:06<00:00](EngineCore_DP0 pid=1) ERROR 05-01 12:00:40 [core.py:1] {MSG}",
+            MSG,
+        ),
+        (
+            f"Loading safetensors checkpoint shards: 100% Completed | 8/8 [00:04<00:00,  1.92it/s]INFO 06-12 10:00:21 [core.py:1] {MSG}",
+            MSG,
+        ),
         # collectors' JSON records
-        ('{"log":"INFO 05-01 12:00:40 [core.py:1] GPU KV cache size: 442,224 tokens\\n","stream":"stdout","time":"2025-01-01T00:00:00Z"}', MSG),
-        ('{"error":{"message":"The engine prompt length 40001 exceeds the max_model_len 32768.","code":400}}',
-         "The engine prompt length 40001 exceeds the max_model_len 32768."),
+        (
+            '{"log":"INFO 05-01 12:00:40 [core.py:1] GPU KV cache size: 442,224 tokens\\n","stream":"stdout","time":"2025-01-01T00:00:00Z"}',
+            MSG,
+        ),
+        (
+            '{"error":{"message":"The engine prompt length 40001 exceeds the max_model_len 32768.","code":400}}',
+            "The engine prompt length 40001 exceeds the max_model_len 32768.",
+        ),
     ],
 )
 def test_insertions_and_wrappers_are_undone(raw, message):

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from vllm_doctor.read import logread
 from vllm_doctor.data import Line
+from vllm_doctor.read import logread
 from vllm_doctor.read.lineparse import parse, strip_colour
 from vllm_doctor.read.prefilter import Prefilter
 
@@ -101,7 +101,10 @@ def test_empty_first_line_is_context_of_a_hit_in_the_next_region(monkeypatch):
 def test_last_line_without_newline_and_crlf():
     got, stats = read_bytes(b"one\r\ntwo out of memory\r\nthree\r\nRunning: 1 reqs")
     assert [(g[0], g[2], g[5]) for g in got] == [
-        (1, "one", False), (2, "two out of memory", True), (3, "three", False), (4, "Running: 1 reqs", True)
+        (1, "one", False),
+        (2, "two out of memory", True),
+        (3, "three", False),
+        (4, "Running: 1 reqs", True),
     ]
     assert stats.lines == 4
 
@@ -112,12 +115,21 @@ def test_empty_input_and_blank_lines():
 
 
 def test_a_context_line_reads_like_any_line():
-    got = list(logread._read_one(io.BytesIO(b"\x1b[1;36m(APIServer pid=7)\x1b[0m INFO 11-30 01:58:49 [a.py:1] before\nout of memory\n"),
-                                 "t", 0, Prefilter(ANCHORS), logread.ReadStats()))
+    got = list(
+        logread._read_one(
+            io.BytesIO(b"\x1b[1;36m(APIServer pid=7)\x1b[0m INFO 11-30 01:58:49 [a.py:1] before\nout of memory\n"),
+            "t",
+            0,
+            Prefilter(ANCHORS),
+            logread.ReadStats(),
+        )
+    )
     context = got[0]
     assert not context.hit
     assert (context.text, context.process, context.level) == ("before", "APIServer", "INFO")
-    assert context == Line(1, "before", "(APIServer pid=7) INFO 11-30 01:58:49 [a.py:1] before", 0, "APIServer", "INFO", False, ())
+    assert context == Line(
+        1, "before", "(APIServer pid=7) INFO 11-30 01:58:49 [a.py:1] before", 0, "APIServer", "INFO", False, ()
+    )
 
 
 def test_gzip_reads_like_the_plain_text(tmp_path):

@@ -50,32 +50,67 @@ TP = """\
 (APIServer pid=3301)   Value error, Total number of attention heads (32) must be divisible by tensor parallel size (3). [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]
 """
 
-STATS = "\n".join(
-    f"(APIServer pid=4021) INFO 11-20 10:0{i}:12 [loggers.py:236] Engine 000: Avg prompt throughput: {p:.1f} tokens/s, "
-    f"Avg generation throughput: {g:.1f} tokens/s, Running: {r} reqs, Waiting: {w} reqs, GPU KV cache usage: {k:.1f}%, "
-    "Prefix cache hit rate: 41.3%"
-    for i, (p, g, r, w, k) in enumerate([(2100.0, 380.2, 60, 0, 72.4), (1532.4, 410.7, 64, 17, 98.7), (900.1, 455.0, 63, 31, 99.7)])
-) + "\n"
+STATS = (
+    "\n".join(
+        f"(APIServer pid=4021) INFO 11-20 10:0{i}:12 [loggers.py:236] Engine 000: Avg prompt throughput: {p:.1f} tokens/s, "
+        f"Avg generation throughput: {g:.1f} tokens/s, Running: {r} reqs, Waiting: {w} reqs, GPU KV cache usage: {k:.1f}%, "
+        "Prefix cache hit rate: 41.3%"
+        for i, (p, g, r, w, k) in enumerate(
+            [(2100.0, 380.2, 60, 0, 72.4), (1532.4, 410.7, 64, 17, 98.7), (900.1, 455.0, 63, 31, 99.7)]
+        )
+    )
+    + "\n"
+)
 
-QUEUE_CAP = "\n".join(
-    f"(APIServer pid=610) INFO 08-20 12:0{i}:10 [loggers.py:123] Engine 000: Avg prompt throughput: {p:.1f} tokens/s, "
-    f"Avg generation throughput: {g:.1f} tokens/s, Running: 32 reqs, Waiting: {w} reqs, GPU KV cache usage: {k:.1f}%, "
-    "Prefix cache hit rate: 0.0%"
-    for i, (p, g, w, k) in enumerate([(2210.0, 901.2, 14, 19.4), (1830.4, 955.0, 22, 41.0), (1702.9, 960.3, 25, 65.0)])
-) + "\n(APIServer pid=610) INFO 08-20 11:58:00 [utils.py:326] non-default args: {'model': 'Qwen/Qwen2.5-14B-Instruct', 'max_num_seqs': 32}\n"
+QUEUE_CAP = (
+    "\n".join(
+        f"(APIServer pid=610) INFO 08-20 12:0{i}:10 [loggers.py:123] Engine 000: Avg prompt throughput: {p:.1f} tokens/s, "
+        f"Avg generation throughput: {g:.1f} tokens/s, Running: 32 reqs, Waiting: {w} reqs, GPU KV cache usage: {k:.1f}%, "
+        "Prefix cache hit rate: 0.0%"
+        for i, (p, g, w, k) in enumerate(
+            [(2210.0, 901.2, 14, 19.4), (1830.4, 955.0, 22, 41.0), (1702.9, 960.3, 25, 65.0)]
+        )
+    )
+    + "\n(APIServer pid=610) INFO 08-20 11:58:00 [utils.py:326] non-default args: {'model': 'Qwen/Qwen2.5-14B-Instruct', 'max_num_seqs': 32}\n"
+)
 
 # (name, log, top rule, {path in report: value}); "numbers.x" reads the top diagnosis' numbers
 BASES = [
-    ("v1-cache-oom", V1_CACHE_OOM, "kv-cache-too-small-for-max-len",
-     {"numbers.fit_max_model_len": 17360, "numbers.needed_gib": 5.0, "facts.max_model_len": 40960, "fix.value": "17360"}),
-    ("v0-cache-oom", V0_CACHE_OOM, "max-seq-len-exceeds-kv-cache",
-     {"numbers.fit_max_model_len": 18432, "facts.kv_cache.tokens": 18432, "facts.max_model_len": 32768}),
-    ("tp", TP, "attention-heads-not-divisible",
-     {"numbers.valid_tp_sizes": [1, 2, 4, 8], "facts.tensor_parallel_size": 3, "fix.value": "2"}),
-    ("queue", STATS, "queue-cache-full",
-     {"facts.stats.samples": 3, "facts.stats.waiting_max": 31, "facts.stats.kv_usage_max_pct": 99.7}),
-    ("queue-cap", QUEUE_CAP, "queue-sequence-cap",
-     {"facts.stats.samples": 3, "facts.stats.kv_usage_max_pct": 65.0, "numbers.running_while_waiting_max": 32}),
+    (
+        "v1-cache-oom",
+        V1_CACHE_OOM,
+        "kv-cache-too-small-for-max-len",
+        {
+            "numbers.fit_max_model_len": 17360,
+            "numbers.needed_gib": 5.0,
+            "facts.max_model_len": 40960,
+            "fix.value": "17360",
+        },
+    ),
+    (
+        "v0-cache-oom",
+        V0_CACHE_OOM,
+        "max-seq-len-exceeds-kv-cache",
+        {"numbers.fit_max_model_len": 18432, "facts.kv_cache.tokens": 18432, "facts.max_model_len": 32768},
+    ),
+    (
+        "tp",
+        TP,
+        "attention-heads-not-divisible",
+        {"numbers.valid_tp_sizes": [1, 2, 4, 8], "facts.tensor_parallel_size": 3, "fix.value": "2"},
+    ),
+    (
+        "queue",
+        STATS,
+        "queue-cache-full",
+        {"facts.stats.samples": 3, "facts.stats.waiting_max": 31, "facts.stats.kv_usage_max_pct": 99.7},
+    ),
+    (
+        "queue-cap",
+        QUEUE_CAP,
+        "queue-sequence-cap",
+        {"facts.stats.samples": 3, "facts.stats.kv_usage_max_pct": 65.0, "numbers.running_while_waiting_max": 32},
+    ),
 ]
 
 
@@ -109,19 +144,26 @@ def _wrap(width: int) -> Callable[[str], str]:
     return wrap
 
 
-_VLLM_PREFIX = re.compile(r"^(?:\([^)]*pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[?([\w.]+:\d+)\]? ")
+_VLLM_PREFIX = re.compile(
+    r"^(?:\([^)]*pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[?([\w.]+:\d+)\]? "
+)
 
 
 def _app_logger(text: str) -> str:
     """An application's own logging config: '2024-05-01 10:00:00,123 - vllm.x - INFO - msg'."""
-    return _each(lambda i, l: _VLLM_PREFIX.sub(lambda m: f"2024-05-01 10:00:{i:02d},123 - vllm.{m[2].split('.')[0]} - {m[1]} - ", l))(text)
+    return _each(
+        lambda i, line: _VLLM_PREFIX.sub(
+            lambda m: f"2024-05-01 10:00:{i:02d},123 - vllm.{m[2].split('.')[0]} - {m[1]} - ", line
+        )
+    )(text)
 
 
 def _source_last(text: str) -> str:
     """Wrappers that print the level, then the message, then the source: 'INFO: msg (core.py:718)'."""
+
     def one(_i: int, line: str) -> str:
         m = _VLLM_PREFIX.match(line)
-        return f"{m[1]}: {line[m.end():]} ({m[2]})" if m else line
+        return f"{m[1]}: {line[m.end() :]} ({m[2]})" if m else line
 
     return _each(one)(text)
 
@@ -141,7 +183,13 @@ def _elided(text: str) -> str:
 
 
 def _json_lines(text: str) -> str:
-    return "\n".join(json.dumps({"log": line + "\n", "stream": "stderr", "time": "2025-01-01T00:00:00Z"}) for line in _lines(text)) + "\n"
+    return (
+        "\n".join(
+            json.dumps({"log": line + "\n", "stream": "stderr", "time": "2025-01-01T00:00:00Z"})
+            for line in _lines(text)
+        )
+        + "\n"
+    )
 
 
 MANGLERS: dict[str, Callable[[str], str | bytes]] = {
@@ -149,17 +197,19 @@ MANGLERS: dict[str, Callable[[str], str | bytes]] = {
     "colour-esc": _colour("\x1b"),
     "colour-caret": _colour("^["),
     "colour-esc-lost": _colour(""),
-    "colour-syslog": lambda t: _each(lambda i, l: f"Sep 20 03:15:44 gpu-node-3 vllm[7611]: {l}")(_colour("#033", "#015")(t)),
+    "colour-syslog": lambda t: _each(lambda i, line: f"Sep 20 03:15:44 gpu-node-3 vllm[7611]: {line}")(
+        _colour("#033", "#015")(t)
+    ),
     "crlf": lambda t: t.replace("\n", "\r\n"),
     "gzip": lambda t: gzip.compress(t.encode(), mtime=0),
-    "docker-compose": _each(lambda i, l: f"vllm-1  | {l}"),
-    "docker-timestamps": _each(lambda i, l: f"2025-09-20T03:15:{i:02d}.{i * 7919:09d}Z {l}"),
-    "k8s-cri": _each(lambda i, l: f"2025-09-20T03:15:{i:02d}.000000000+00:00 stderr F {l}"),
-    "ci-gutter": _each(lambda i, l: f"[2026-01-01T00:00:{i:02d}Z]   | {l}"),
-    "kubectl-prefix": _each(lambda i, l: f"[pod/vllm-0/vllm] {l}"),
-    "torch-rank": _each(lambda i, l: f"[rank0]: {l}"),
-    "ray-dedup": _each(lambda i, l: f"{l} [repeated {i + 2}x across cluster]"),
-    "reindented": _each(lambda i, l: f"    {l}"),
+    "docker-compose": _each(lambda i, line: f"vllm-1  | {line}"),
+    "docker-timestamps": _each(lambda i, line: f"2025-09-20T03:15:{i:02d}.{i * 7919:09d}Z {line}"),
+    "k8s-cri": _each(lambda i, line: f"2025-09-20T03:15:{i:02d}.000000000+00:00 stderr F {line}"),
+    "ci-gutter": _each(lambda i, line: f"[2026-01-01T00:00:{i:02d}Z]   | {line}"),
+    "kubectl-prefix": _each(lambda i, line: f"[pod/vllm-0/vllm] {line}"),
+    "torch-rank": _each(lambda i, line: f"[rank0]: {line}"),
+    "ray-dedup": _each(lambda i, line: f"{line} [repeated {i + 2}x across cluster]"),
+    "reindented": _each(lambda i, line: f"    {line}"),
     "html-escaped": lambda t: html.escape(t, quote=True),
     "json-lines": _json_lines,
     "lost-newlines": lambda t: " ".join(_lines(t)) + "\n",
@@ -224,7 +274,11 @@ def test_priority_scheduling_preemption_is_its_own_info(run):
     ("log", "rule", "numbers"),
     [
         ("healthy/0.6.1_long-context-warning-info.log", "long-context-oom-warning", {"max_model_len": 131072}),
-        ("healthy/0.9.0_long-context-causeoom-and-chunked-prefill.log", "long-context-oom-warning", {"max_model_len": 131072}),
+        (
+            "healthy/0.9.0_long-context-causeoom-and-chunked-prefill.log",
+            "long-context-oom-warning",
+            {"max_model_len": 131072},
+        ),
         ("healthy/0.4.0_max-len-keys-missing-assumes-2048.log", "max-len-keys-missing", {"default_len": 2048}),
         ("healthy/0.14.0_max-len-keys-missing-no-key-list.log", "max-len-keys-missing", {"default_len": 2048}),
         ("kv-capacity/0.26.0_hybrid-concurrency-as-printed.log", "kv-capacity", {"kv_tokens": 75840}),
@@ -278,13 +332,33 @@ def test_markdown_eaten_hash_still_gives_blocks(run):
 def test_every_mess_kind_has_a_fixture():
     names = {p.name for p in LOGS.rglob("*.log*") if not p.name.endswith(".toml")}
     kinds = [
-        "colour-real-esc", "colour-caret-text", "colour-syslog-033", "colour-esc-byte-lost",
-        "ray-worker-wrapper-repeated-paren-eaten", "workerdict", "rank-prefix", "docker-compose",
-        "docker-rfc3339", "ci-timestamp-and-gutter", "python-app-logger", "message-first-source-last",
-        "html-escaped", "address-inserted", "hard-wrap-mid-word", "message-split-over-three-lines",
-        "tqdm-bar-glued", "paste-lost-every-newline", "reindented-with-elisions", "markdown-ate-the-hash",
-        "interleaved-worker-tracebacks", "kv-summary-printed-twice", "gb-is-gib", "cpu-backend-prints-gpu-kv",
-        "xpu-kv-cache-size", "crlf-line-endings", "json-lines",
+        "colour-real-esc",
+        "colour-caret-text",
+        "colour-syslog-033",
+        "colour-esc-byte-lost",
+        "ray-worker-wrapper-repeated-paren-eaten",
+        "workerdict",
+        "rank-prefix",
+        "docker-compose",
+        "docker-rfc3339",
+        "ci-timestamp-and-gutter",
+        "python-app-logger",
+        "message-first-source-last",
+        "html-escaped",
+        "address-inserted",
+        "hard-wrap-mid-word",
+        "message-split-over-three-lines",
+        "tqdm-bar-glued",
+        "paste-lost-every-newline",
+        "reindented-with-elisions",
+        "markdown-ate-the-hash",
+        "interleaved-worker-tracebacks",
+        "kv-summary-printed-twice",
+        "gb-is-gib",
+        "cpu-backend-prints-gpu-kv",
+        "xpu-kv-cache-size",
+        "crlf-line-endings",
+        "json-lines",
     ]
     missing = [k for k in kinds if not any(k in n for n in names)]
     assert not missing

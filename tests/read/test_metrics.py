@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import LAB
-from vllm_doctor.read import metrics
 from vllm_doctor.cli import app
+from vllm_doctor.read import metrics
 
 SATURATED = LAB / "queue-saturation.metrics-5.txt"  # running 5, waiting 11, KV 95.2%
 HEALTHY = LAB / "healthy.metrics-1.txt"
@@ -50,7 +50,7 @@ def test_both_kv_usage_names():
     assert old.kv_metric == "vllm:gpu_cache_usage_perc"
     assert old.kv_usage_pct == new.kv_usage_pct == pytest.approx(95.2)
     assert top(metrics.diagnose([old])).category == "queue-saturation"
-    both = SATURATED.read_text() + "vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.1\n"
+    both = SATURATED.read_text() + 'vllm:gpu_cache_usage_perc{model_name="m"} 0.1\n'
     assert metrics.parse(both).kv_metric == "vllm:kv_cache_usage_perc"  # the current name wins
 
 
@@ -102,7 +102,7 @@ def test_histogram_quantiles():
 
 
 def test_not_a_vllm_server():
-    s = metrics.parse('# TYPE up gauge\nup 1\n', "other")
+    s = metrics.parse("# TYPE up gauge\nup 1\n", "other")
     r = metrics.diagnose([s])
     assert r.status == "unknown" and "no vllm:* metrics" in r.warnings[0]
     with pytest.raises(metrics.MetricsError):

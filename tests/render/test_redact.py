@@ -39,14 +39,20 @@ SECRETS = [HF, HF2, SK, BEARER, PASSWORD, ENV_SECRET, CLI_ONLY]
         (f"vllm serve /m --hf-token {HF} --max-model-len 1024", "--max-model-len 1024"),
         (f"vllm serve /m --api-key '{SK}'", "vllm serve /m"),
         # printed args, dict form (vLLM's "non-default args"), strings and lists
-        (f"non-default args: {{'model_tag': '/m', 'api_key': ['{SK}'], 'max_num_batched_tokens': 8192}}", "'max_num_batched_tokens': 8192"),
+        (
+            f"non-default args: {{'model_tag': '/m', 'api_key': ['{SK}'], 'max_num_batched_tokens': 8192}}",
+            "'max_num_batched_tokens': 8192",
+        ),
         (f"non-default args: {{'hf_token': '{HF}', 'tokenizer': '/t'}}", "'tokenizer': '/t'"),
         (f'{{"api_key": "{SK}", "enable_lora": true}}', '"enable_lora": true'),
         # Namespace form (older vLLM "args: Namespace(...)")
         (f"args: Namespace(model='/m', api_key='{SK}', hf_token=None, tokenizer='/t')", "tokenizer='/t'"),
         (f"Namespace(api_key=['{SK}', 'other-key-value'], port=8000)", "port=8000"),
         # Authorization headers
-        (f"curl -H 'Authorization: Bearer {BEARER}' http://127.0.0.1:8000/v1/models", "http://127.0.0.1:8000/v1/models"),
+        (
+            f"curl -H 'Authorization: Bearer {BEARER}' http://127.0.0.1:8000/v1/models",
+            "http://127.0.0.1:8000/v1/models",
+        ),
         (f"headers={{'authorization': 'Bearer {BEARER}'}}", "headers="),
         # environment variables, as NAME=value and NAME: value
         (f"HF_TOKEN={HF} vllm serve /m", "vllm serve /m"),
@@ -90,7 +96,18 @@ def test_literals_from_the_environment():
 
 def test_argv_lists():
     args = ["vllm", "serve", "/m", "--api-key", CLI_ONLY, "--port", "8000", f"--hf-token={HF}", "--api-key", "--x"]
-    assert Redactor().argv(args) == ["vllm", "serve", "/m", "--api-key", MASK, "--port", "8000", f"--hf-token={MASK}", "--api-key", "--x"]
+    assert Redactor().argv(args) == [
+        "vllm",
+        "serve",
+        "/m",
+        "--api-key",
+        MASK,
+        "--port",
+        "8000",
+        f"--hf-token={MASK}",
+        "--api-key",
+        "--x",
+    ]
 
 
 def test_newlines_never_move():
@@ -128,7 +145,7 @@ def seeded_log(tmp_path: Path) -> Path:
             line = line.replace("[type=value_error", f"api_key='{SK}' [type=value_error")
         out.append(line)
     out.insert(0, f"HF_TOKEN={HF} DB_PASSWORD={PASSWORD} vllm serve /models/tiny-llama --api-key {SK}")
-    out.insert(5, f"INFO: 127.0.0.1 - \"GET /v1/models HTTP/1.1\" Authorization: Bearer {BEARER}")
+    out.insert(5, f'INFO: 127.0.0.1 - "GET /v1/models HTTP/1.1" Authorization: Bearer {BEARER}')
     out.append(f"token in a traceback: {HF2}")
     path = tmp_path / "seeded.log"
     path.write_text("\n".join(out) + "\n")
@@ -179,9 +196,26 @@ def test_serve_report_directory_is_redacted(tmp_path):
 
     def run(*extra):
         return subprocess.run(
-            [sys.executable, "-m", "vllm_doctor", "serve", "--vllm-bin", str(vllm), *extra,
-             "--", "/models/tiny-llama", "--api-key", SK, "--hf-token", HF, "--api-key", CLI_ONLY],
-            env=env, cwd=tmp_path, capture_output=True,
+            [
+                sys.executable,
+                "-m",
+                "vllm_doctor",
+                "serve",
+                "--vllm-bin",
+                str(vllm),
+                *extra,
+                "--",
+                "/models/tiny-llama",
+                "--api-key",
+                SK,
+                "--hf-token",
+                HF,
+                "--api-key",
+                CLI_ONLY,
+            ],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
         )
 
     p = run("--report-dir", "redacted")

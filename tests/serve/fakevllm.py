@@ -72,15 +72,26 @@ def quick(n: int) -> None:
 
 
 def clean_stop(signum, _frame):
-    emit(OUT, b"(APIServer pid=%d) INFO 11-30 02:06:46 [launcher.py:254] [shutdown] API server: shutdown triggered\n" % os.getpid())
-    emit(ERR, b"INFO:     Shutting down\nINFO:     Waiting for application shutdown.\nINFO:     Application shutdown complete.\n")
+    emit(
+        OUT,
+        b"(APIServer pid=%d) INFO 11-30 02:06:46 [launcher.py:254] [shutdown] API server: shutdown triggered\n"
+        % os.getpid(),
+    )
+    emit(
+        ERR,
+        b"INFO:     Shutting down\nINFO:     Waiting for application shutdown.\nINFO:     Application shutdown complete.\n",
+    )
     sys.exit(0)
 
 
 def hang_stop(signum, _frame):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    emit(OUT, b"(APIServer pid=%d) INFO 11-30 02:06:46 [launcher.py:270] [shutdown] API server: stopping engine client mode=abort timeout=0s\n" % os.getpid())
+    emit(
+        OUT,
+        b"(APIServer pid=%d) INFO 11-30 02:06:46 [launcher.py:270] [shutdown] API server: stopping engine client mode=abort timeout=0s\n"
+        % os.getpid(),
+    )
     emit(ERR, b"INFO:     Shutting down\nINFO:     Waiting for connections to close. (CTRL+C to force quit)\n")
 
 

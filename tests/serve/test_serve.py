@@ -151,8 +151,12 @@ def test_missing_binary(tmp_path):
 
 def test_unwritable_log_file_falls_back_to_a_temporary_capture(tmp_path, fake_bin):
     rc, out, err = run_serve(
-        tmp_path, fake_bin, "--log-file", str(tmp_path / "no" / "such" / "dir.log"),
-        FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1",
+        tmp_path,
+        fake_bin,
+        "--log-file",
+        str(tmp_path / "no" / "such" / "dir.log"),
+        FAKE_REPLAY=LAB / "tp-divisibility.log",
+        FAKE_END="exit:1",
     )
     assert rc == 1
     assert b"cannot write" in err and b"capturing to a temporary file" in err
@@ -162,8 +166,13 @@ def test_unwritable_log_file_falls_back_to_a_temporary_capture(tmp_path, fake_bi
 
 def test_args_pass_through_and_model_required(tmp_path, fake_bin):
     argv = tmp_path / "argv"
-    p = start(tmp_path, fake_bin, model_args=("/m", "--max-model-len", "1024", "--api-key", "x"), FAKE_ARGV=argv,
-              FAKE_REPLAY=LAB / "healthy.log")
+    p = start(
+        tmp_path,
+        fake_bin,
+        model_args=("/m", "--max-model-len", "1024", "--api-key", "x"),
+        FAKE_ARGV=argv,
+        FAKE_REPLAY=LAB / "healthy.log",
+    )
     p.communicate(timeout=30)
     assert argv.read_text().split("\n")[:6] == ["serve", "/m", "--max-model-len", "1024", "--api-key", "x"]
     r = subprocess.run([sys.executable, "-m", "vllm_doctor", "serve"], capture_output=True, cwd=tmp_path)
@@ -232,7 +241,13 @@ def test_third_interrupt_kills_at_once(tmp_path, fake_bin):
 def test_orphans_are_reaped_and_named(tmp_path, fake_bin):
     """wrapper-sigkill: EngineCore outlives the API server, holding memory (and the pipes)."""
     rc, out, err = run_serve(
-        tmp_path, fake_bin, "--reap-wait", "1", FAKE_REPLAY=LAB / "wrapper-sigkill.log", FAKE_END="kill:KILL", FAKE_ORPHAN=1
+        tmp_path,
+        fake_bin,
+        "--reap-wait",
+        "1",
+        FAKE_REPLAY=LAB / "wrapper-sigkill.log",
+        FAKE_END="kill:KILL",
+        FAKE_ORPHAN=1,
     )
     assert rc == 137
     assert b"outlived the main one" in err and b"VLLM::EngineCore" in err
@@ -250,7 +265,9 @@ def test_orphans_are_reaped_and_named(tmp_path, fake_bin):
 def test_no_line_lost_under_100k_quick_lines(tmp_path, fake_bin):
     """Byte for byte on both streams, and every line in the capture, in each stream's order."""
     direct = subprocess.run(
-        [str(fake_bin), "serve", "m"], env=_env(FAKE_REPLAY=LAB / "healthy.log", FAKE_LINES=100_000), capture_output=True
+        [str(fake_bin), "serve", "m"],
+        env=_env(FAKE_REPLAY=LAB / "healthy.log", FAKE_LINES=100_000),
+        capture_output=True,
     )
     t0 = time.monotonic()
     rc, out, err = run_serve(
@@ -306,9 +323,13 @@ def test_bad_rule_file_does_not_touch_the_server(tmp_path, fake_bin):
     bad = tmp_path / "rules"
     bad.mkdir()
     (bad / "broken.toml").write_text("id = [this is not toml\n")
-    rc, out, err = run_serve(tmp_path, fake_bin, "--rules", str(bad), FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1")
+    rc, out, err = run_serve(
+        tmp_path, fake_bin, "--rules", str(bad), FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1"
+    )
     assert rc == 1
-    direct = subprocess.run([str(fake_bin), "serve", "m"], env=_env(FAKE_REPLAY=LAB / "tp-divisibility.log"), capture_output=True)
+    direct = subprocess.run(
+        [str(fake_bin), "serve", "m"], env=_env(FAKE_REPLAY=LAB / "tp-divisibility.log"), capture_output=True
+    )
     assert out == direct.stdout
     assert err.startswith(direct.stderr)
     (d,) = report_dirs(tmp_path)
@@ -340,7 +361,9 @@ def test_crash_in_the_watch_keeps_output_and_status(tmp_path, fake_bin, monkeypa
         raise RuntimeError("bug in the watch")
 
     monkeypatch.setattr(serve_mod.Watcher, "_run", boom)
-    o, out, err = _in_process(tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1")
+    o, out, err = _in_process(
+        tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1"
+    )
     assert o.status == 1
     assert b"live watch stopped after an internal error (RuntimeError: bug in the watch)" in err
     assert (o.report_dir / "server.log").read_bytes() == (LAB / "tp-divisibility.log").read_bytes()
@@ -351,7 +374,9 @@ def test_crash_in_the_loop_falls_back_to_plain_copy(tmp_path, fake_bin, monkeypa
         raise RuntimeError("bug in the capture")
 
     monkeypatch.setattr(serve_mod.Wrapper, "_capture", boom)
-    o, out, err = _in_process(tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1")
+    o, out, err = _in_process(
+        tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1"
+    )
     assert o.status == 1
     recorded = (LAB / "tp-divisibility.log").read_bytes()
     uvicorn = b"".join(ln for ln in recorded.splitlines(keepends=True) if ln.startswith(b"INFO:  "))
@@ -367,7 +392,9 @@ def test_crash_in_the_diagnosis_still_writes_the_log(tmp_path, fake_bin, monkeyp
         raise RuntimeError("bug in explain")
 
     monkeypatch.setattr(explain_mod, "explain", boom)
-    o, out, err = _in_process(tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1")
+    o, out, err = _in_process(
+        tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1"
+    )
     assert o.status == 1
     assert {p.name for p in o.report_dir.iterdir()} == REPORT_FILES
     assert b"could not diagnose (RuntimeError: bug in explain)" in err
@@ -411,7 +438,11 @@ def test_gpu_snapshot_at_exit_goes_into_the_report(tmp_path, fake_bin, monkeypat
     snap = gpu.GpuSnapshot(
         True,
         None,
-        [gpu.GpuDevice(0, "NVIDIA H100 80GB HBM3", 81559, 70000, 11559, [gpu.GpuProcess(4242, "VLLM::EngineCore", 69800)])],
+        [
+            gpu.GpuDevice(
+                0, "NVIDIA H100 80GB HBM3", 81559, 70000, 11559, [gpu.GpuProcess(4242, "VLLM::EngineCore", 69800)]
+            )
+        ],
         "550.54.15",
         "12.4",
     )

@@ -169,7 +169,9 @@ def snapshot(adapter: NvmlAdapter | None = None) -> GpuSnapshot:
         devices = []
         for i in range(nv.device_count()):
             total, used, free = nv.memory(i)
-            procs = [GpuProcess(pid, nv.process_name(pid), None if b is None else b // MIB) for pid, b in nv.processes(i)]
+            procs = [
+                GpuProcess(pid, nv.process_name(pid), None if b is None else b // MIB) for pid, b in nv.processes(i)
+            ]
             devices.append(GpuDevice(i, nv.device_name(i), total // MIB, used // MIB, free // MIB, procs))
         if not devices:
             return GpuSnapshot(False, "NVML sees no GPU")

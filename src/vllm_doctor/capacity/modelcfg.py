@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_doctor.data import MODEL_SHAPE_KEYS
+from vllm_doctor.errors import DoctorError
 
 NET_TIMEOUT_S = 3.0  # one HTTP request to the Hub; no retries, so "no network" is said quickly
 
@@ -86,7 +87,7 @@ QUANT_DEFAULT_BITS = {
 }  # fmt: skip
 
 
-class ConfigError(Exception):
+class ConfigError(DoctorError):
     """A config.json that cannot be read or lacks what the arithmetic needs; the message is one line."""
 
 
@@ -638,6 +639,12 @@ def safetensors_params_hub(repo_id: str) -> dict[str, int] | None:
     return {str(k).upper(): int(v) for k, v in params.items()} if params else None
 
 
+def _hub_reachable(resolved: Resolved) -> bool:
+    """Known to answer, or answers a probe for config.json now (a probe only when unknown)."""
+    assert resolved.repo_id
+    return bool(resolved.online) or (resolved.online is None and _hub_problem(resolved.repo_id, "config.json") is None)
+
+
 def weights_bytes_from_dtypes(by_dtype: dict[str, int]) -> float:
     return sum(n * DTYPE_BYTES.get(d.lower(), 2) for d, n in by_dtype.items())
 
@@ -646,10 +653,10 @@ def fill_params(shape: ModelShape, resolved: Resolved | None, offline: bool = Fa
     """Set params and params_source: local safetensors, then the Hub (when it answered), else an estimate."""
     by_dtype = safetensors_params_local(resolved.directory if resolved else None)
     source = "safetensors (local files)"
-    if by_dtype is None and resolved is not None and resolved.repo_id and not (offline or resolved.offline):
-        if resolved.online or (resolved.online is None and _hub_problem(resolved.repo_id, "config.json") is None):
-            by_dtype = safetensors_params_hub(resolved.repo_id)
-            source = "safetensors metadata (Hugging Face)"
+    hub = resolved is not None and resolved.repo_id and not (offline or resolved.offline)
+    if by_dtype is None and hub and resolved is not None and resolved.repo_id and _hub_reachable(resolved):
+        by_dtype = safetensors_params_hub(resolved.repo_id)
+        source = "safetensors metadata (Hugging Face)"
     if by_dtype:
         shape.params = sum(by_dtype.values())
         shape.params_by_dtype = by_dtype

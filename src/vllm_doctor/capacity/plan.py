@@ -15,12 +15,13 @@ from vllm_doctor.capacity import arithmetic as cap
 from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_size
 from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
 from vllm_doctor.capacity.modelcfg import QUANT_DEFAULT_BITS, ConfigError, ModelShape, weights_bytes_from_dtypes
+from vllm_doctor.errors import DoctorError
 
 SCHEMA = "vllm-doctor/plan/1"
 DEFAULT_TP_LIMIT = 8  # TP sizes listed when the GPU count is unknown
 
 
-class PlanError(Exception):
+class PlanError(DoctorError):
     """Input the plan cannot work with; the message is one line."""
 
 
@@ -118,7 +119,9 @@ def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
         raise PlanError(f"--tensor-parallel-size {req.tp} needs {req.tp} GPUs; {gpus} given (--gpus) or present (NVML)")
     overhead = cap.parse_size(req.overhead).bytes if req.overhead else 0.0
     several = len(shapes) > 1
-    models = [_model_plan(req, name, shape, gpu_bytes, unit, overhead, tp_limit, req.utilization) for name, shape in shapes]
+    models = [
+        _model_plan(req, name, shape, gpu_bytes, unit, overhead, tp_limit, req.utilization) for name, shape in shapes
+    ]
     plan = Plan(gpu_bytes, unit, source, gpus, models, req.utilization, req.block_size, snapshot=snapshot,
                 notes=snap_notes)  # fmt: skip
     if not overhead:
@@ -135,7 +138,11 @@ def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
 def _check_numbers(req: PlanRequest) -> None:
     if not 0 < req.utilization <= 1:
         raise PlanError(f"--gpu-memory-utilization {req.utilization} must be in (0, 1]")
-    for flag, value in (("--tensor-parallel-size", req.tp), ("--block-size", req.block_size), ("--samples", req.samples)):
+    for flag, value in (
+        ("--tensor-parallel-size", req.tp),
+        ("--block-size", req.block_size),
+        ("--samples", req.samples),
+    ):
         if value is not None and value < 1:
             raise PlanError(f"{flag} must be at least 1")
 
@@ -163,7 +170,8 @@ def _shapes(req: PlanRequest) -> list[tuple[str, ModelShape]]:
         if missing:
             raise PlanError(
                 "give a MODEL (repo id or directory), --config FILE, or the shape by hand: "
-                + ", ".join(missing) + " missing"
+                + ", ".join(missing)
+                + " missing"
             )
         shape = ModelShape(layers=req.layers, attention_heads=req.heads or 0, kv_heads=req.kv_heads,
                            head_dim=req.head_dim, name=None, source="given on the command line")  # fmt: skip
@@ -378,7 +386,8 @@ def _split(plan: Plan, req: PlanRequest, gpu_bytes: float, unit: str, overhead: 
         return
     plan.split = fractions
     plan.models = [
-        _model_plan(req, mp.name, mp.shape, gpu_bytes, unit, overhead, tp_limit, f) for mp, f in zip(plan.models, fractions)
+        _model_plan(req, mp.name, mp.shape, gpu_bytes, unit, overhead, tp_limit, f)
+        for mp, f in zip(plan.models, fractions, strict=False)
     ]
     plan.notes.append(
         f"fractions sum to {sum(fractions):.2f} of the card (within --gpu-memory-utilization {req.utilization:.2f}); "
@@ -428,7 +437,7 @@ def to_dict(plan: Plan) -> dict[str, Any]:
         "models": [_model_dict(m) for m in plan.models],
         "split": None
         if plan.split is None
-        else [{"model": m.name, "gpu_memory_utilization": f} for m, f in zip(plan.models, plan.split)],
+        else [{"model": m.name, "gpu_memory_utilization": f} for m, f in zip(plan.models, plan.split, strict=False)],
         "blocks": [vars(s) for s in plan.block_examples],
         "notes": plan.notes,
     }
@@ -468,7 +477,9 @@ def to_json(plan: Plan) -> str:
     return json.dumps(to_dict(plan), indent=2) + "\n"
 
 
-def _table(rows: list[tuple[str, str, str]], header: tuple[str, str, str] | None = ("step", "work", "value")) -> list[str]:
+def _table(
+    rows: list[tuple[str, str, str]], header: tuple[str, str, str] | None = ("step", "work", "value")
+) -> list[str]:
     """Rows of (name, work, value) as aligned text: name, value (right-aligned), then the work."""
     rows = ([header] if header else []) + rows
     w0 = max(len(r[0]) for r in rows)
@@ -494,7 +505,7 @@ def to_text(plan: Plan) -> str:
     if plan.split:
         out += ["", "Several models on one card:"]
         out += _table([(m.name, f"{fmt_int(m.budget.tokens)} tokens, {fmt_size(m.budget.cache_bytes, plan.gpu_unit)} cache",
-                        f"{f:.2f}") for m, f in zip(plan.models, plan.split)], ("model", "gets", "fraction"))  # fmt: skip
+                        f"{f:.2f}") for m, f in zip(plan.models, plan.split, strict=False)], ("model", "gets", "fraction"))  # fmt: skip
     if plan.block_examples:
         out += ["", f"Blocks (block size {plan.block_size}):"]
         out += _table([(s.name, s.work, s.value) for s in plan.block_examples], ("example", "work", "blocks"))
@@ -523,8 +534,16 @@ def to_markdown(plan: Plan) -> str:
         out += [f"- Note: {n}" for n in m.notes]
         out += ["", "```sh", m.serve_command, "```", ""]
     if plan.split:
-        out += ["### Several models on one card", "", "| model | --gpu-memory-utilization | KV tokens |", "|---|---|---|"]
-        out += [f"| {m.name} | {f:.2f} | {fmt_int(m.budget.tokens)} |" for m, f in zip(plan.models, plan.split)]
+        out += [
+            "### Several models on one card",
+            "",
+            "| model | --gpu-memory-utilization | KV tokens |",
+            "|---|---|---|",
+        ]
+        out += [
+            f"| {m.name} | {f:.2f} | {fmt_int(m.budget.tokens)} |"
+            for m, f in zip(plan.models, plan.split, strict=False)
+        ]
         out.append("")
     if plan.block_examples:
         out += [f"### Blocks (block size {plan.block_size})", "", "| example | work | blocks |", "|---|---|---|"]

@@ -7,12 +7,11 @@ registry, no discovery.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.data import Evidence, Match
 from vllm_doctor.knowledge.facts import KV_NEAR_FULL_PCT, Facts
@@ -280,7 +279,9 @@ def context_limit(inp: CheckInput) -> dict[str, Any]:
     if requested is not None:
         out["over_by"] = int(requested) - out["suggested_max_model_len"]
     if shape is not None:
-        out.update(rope_advice(shape, int(requested) if requested is not None else None, out["suggested_max_model_len"]))
+        out.update(
+            rope_advice(shape, int(requested) if requested is not None else None, out["suggested_max_model_len"])
+        )
     return out
 
 
@@ -309,15 +310,15 @@ def rope_advice(shape: ModelShape, requested: int | None, derived: int) -> dict[
         out["rope_note"] = "dynamic rope scaling stretches past the trained length by itself"
     elif scaled:
         out["rope_override_reasonable"] = False
-        out["rope_note"] = f"rope scaling ({rtype}, factor {rope.get('factor')}) is already counted in the {derived}-token maximum"
+        out["rope_note"] = (
+            f"rope scaling ({rtype}, factor {rope.get('factor')}) is already counted in the {derived}-token maximum"
+        )
     elif rotary or shape.model_type in ROPE_MODEL_TYPES:
         factor = math.ceil(requested / base)
         out["rope_override_reasonable"] = False
         out["rope_factor_needed"] = factor
-        out["rope_hf_overrides"] = (
-            '{"rope_scaling": {"rope_type": "yarn", "factor": %.1f, "original_max_position_embeddings": %d}, '
-            '"max_position_embeddings": %d}' % (factor, base, base * factor)
-        )
+        yarn = {"rope_type": "yarn", "factor": float(factor), "original_max_position_embeddings": base}
+        out["rope_hf_overrides"] = json.dumps({"rope_scaling": yarn, "max_position_embeddings": base * factor})
         out["rope_note"] = (
             f"no rope scaling in config.json: the model was trained to {base} tokens and degrades past it; "
             f"YaRN scaling with factor {factor} extends it"

@@ -9,9 +9,7 @@ got: V1's "Available KV cache memory" or the CPU backend's "set (X/Y) GiB for KV
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.knowledge.checks import CheckInput, block_size, is_v1, model_kv
 
@@ -81,10 +79,13 @@ def cross_check(inp: CheckInput, model_note: str | None = None) -> CrossCheck:
     out = CrossCheck(logged_tokens=_int(inp.get("kv_cache.tokens")))
     known = model_kv(inp)
     if known is None:
-        out.explanation = f"no model config: {model_note}" if model_note else "no model config (pass --model or --config)"
+        out.explanation = (
+            f"no model config: {model_note}" if model_note else "no model config (pass --model or --config)"
+        )
         return out
     from vllm_doctor.capacity import arithmetic as cap
     from vllm_doctor.capacity.arithmetic import Step, fmt_int
+
     shape, element, dtype, tp, bpt = known
     out.kv_bytes_per_token = bpt
     bsize, said = block_size(inp)
@@ -102,8 +103,11 @@ def cross_check(inp: CheckInput, model_note: str | None = None) -> CrossCheck:
     out.predicted_tokens = blocks * bsize
     assumed = "" if said else " (assumed: the log does not say)"
     out.work.append(
-        Step("predicted tokens", f"{gib:,.2f} GiB / {fmt_int(bpt)} B, in whole blocks of {bsize}{assumed}",
-             fmt_int(out.predicted_tokens))  # fmt: skip
+        Step(
+            "predicted tokens",
+            f"{gib:,.2f} GiB / {fmt_int(bpt)} B, in whole blocks of {bsize}{assumed}",
+            fmt_int(out.predicted_tokens),
+        )  # fmt: skip
     )
     v1 = is_v1(inp)
     out.longest_sequence = cap.largest_max_model_len(blocks, bsize, v1)
@@ -117,10 +121,16 @@ def cross_check(inp: CheckInput, model_note: str | None = None) -> CrossCheck:
         diff = (out.logged_tokens - out.predicted_tokens) / out.predicted_tokens * 100 if out.predicted_tokens else None
         out.difference_pct = None if diff is None else round(diff, 1)
         out.explanation = _explain(inp, out, shape, tp, measured)
-        out.work.append(Step("difference", "(logged - predicted) / predicted", "n/a" if diff is None else f"{diff:+.1f}%"))
+        out.work.append(
+            Step("difference", "(logged - predicted) / predicted", "n/a" if diff is None else f"{diff:+.1f}%")
+        )
     if v1 and blocks:
         out.work.append(
-            Step("longest sequence", f"({fmt_int(blocks)} blocks - 1 null block) x {bsize}", fmt_int(out.longest_sequence))
+            Step(
+                "longest sequence",
+                f"({fmt_int(blocks)} blocks - 1 null block) x {bsize}",
+                fmt_int(out.longest_sequence),
+            )
         )
     return out
 

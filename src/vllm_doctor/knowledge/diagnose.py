@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_doctor.matching import expr
-from vllm_doctor.knowledge.checks import CHECKS, CheckInput, Options
 from vllm_doctor.data import SEVERITIES, Diagnosis, FixOut, Match, Rule
+from vllm_doctor.knowledge.checks import CHECKS, CheckInput, Options
 from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.matching import expr
 
 _SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 
-def diagnose(rules: list[Rule], matches: dict[str, Match], facts: Facts, options: Options | None = None) -> list[Diagnosis]:
+def diagnose(
+    rules: list[Rule], matches: dict[str, Match], facts: Facts, options: Options | None = None
+) -> list[Diagnosis]:
     options = options or Options()
     base = facts.flat()
     found: list[Diagnosis] = []

@@ -13,8 +13,8 @@ from typing import Any
 
 from vllm_doctor.data import Evidence, Line, Match, Rule
 from vllm_doctor.knowledge.facts import ARGS, STATS_FIELDS, Facts, convert, number
-from vllm_doctor.read.prefilter import Prefilter
 from vllm_doctor.matching.loader import compile_regex
+from vllm_doctor.read.prefilter import Prefilter
 
 MAX_EVIDENCE = 6  # evidence lines kept per rule
 EVIDENCE_CHARS = 400

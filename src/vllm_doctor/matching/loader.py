@@ -12,9 +12,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from vllm_doctor.matching import expr
 from vllm_doctor.data import CONFIDENCES, SEVERITIES, Fix, Pattern, Rule
+from vllm_doctor.errors import DoctorError
 from vllm_doctor.knowledge.facts import ARGS, FACTS, STATS_FIELDS
+from vllm_doctor.matching import expr
 
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
@@ -31,7 +32,7 @@ _LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
 SERIES = {"stats": STATS_FIELDS}
 
 
-class RuleError(Exception):
+class RuleError(DoctorError):
     """A rule file that cannot be used; str() is one line naming the file and the key."""
 
     def __init__(self, path: str | Path, key: str | None, message: str):
@@ -114,7 +115,7 @@ def _builtin_data(directory: Path, files: list[Path]) -> list[tuple[Path, dict]]
     out = [(p, _read_toml(p)) for p in files]
     if stamp is not None:
         try:
-            blob = json.dumps({"key": key, "rules": [[r, d] for (_p, d), (r, *_) in zip(out, stamp)]})
+            blob = json.dumps({"key": key, "rules": [[r, d] for (_p, d), (r, *_) in zip(out, stamp, strict=False)]})
         except (TypeError, ValueError):  # a value JSON cannot hold (a TOML date): no cache
             return out
         cache.write(name, blob.encode("utf-8"))
@@ -241,7 +242,9 @@ def parse(data: dict, path: Path, *, trusted: bool = False) -> Rule:
         for skey in ("source", "example"):
             if p.get(skey) is not None and not isinstance(p[skey], str):
                 raise RuleError(path, f"{key}.{skey}", "must be a string")
-        patterns.append(Pattern(regex_text, p.get("since"), p.get("until"), p.get("source"), level, unless, p.get("example")))
+        patterns.append(
+            Pattern(regex_text, p.get("since"), p.get("until"), p.get("source"), level, unless, p.get("example"))
+        )
 
     anchors = _strings(data, "anchors", path)
     if patterns and not anchors:

@@ -285,8 +285,9 @@ def _category(ch: str, cat) -> bool:
     return not v if "NOT" in name else v
 
 
-def probe_lines(pattern: str, anchors: list[str], example: str | None, size: int = PROBE_SIZE,
-                only: set[str] | None = None) -> Iterator[tuple[str, str]]:
+def probe_lines(
+    pattern: str, anchors: list[str], example: str | None, size: int = PROBE_SIZE, only: set[str] | None = None
+) -> Iterator[tuple[str, str]]:
     """(what, line) pairs of `size` characters built to make the pattern backtrack (only the
     lines described in `only`, when given)."""
     for what, make in _recipes(pattern, anchors, example):
@@ -347,20 +348,19 @@ def timed_search(rx, line: str, limit: float) -> float:
     return time.perf_counter() - start
 
 
-def worst_lines(rx, pattern: str, anchors: list[str], example: str | None, keep: int = 3,
-                screen: int = 4 << 10) -> list[str]:
+def worst_lines(
+    rx, pattern: str, anchors: list[str], example: str | None, keep: int = 3, screen: int = 4 << 10
+) -> list[str]:
     """The probe lines (by description) the pattern is slowest on, judged on short ones: a
     pattern that backtracks on a line is already slow on its first few KiB."""
-    timed = [
-        (timed_search(rx, line, 0.5), what)
-        for what, line in probe_lines(pattern, anchors, example, screen)
-    ]
+    timed = [(timed_search(rx, line, 0.5), what) for what, line in probe_lines(pattern, anchors, example, screen)]
     timed.sort(reverse=True)
     return [what for _t, what in timed[:keep]]
 
 
-def probe(rx, pattern: str, anchors: list[str], example: str | None, size: int = PROBE_SIZE,
-          budget: float = PROBE_BUDGET) -> tuple[str, float] | None:
+def probe(
+    rx, pattern: str, anchors: list[str], example: str | None, size: int = PROBE_SIZE, budget: float = PROBE_BUDGET
+) -> tuple[str, float] | None:
     """The probe line of `size` characters the compiled pattern takes longer than `budget` on
     (with the time), or None. Every probe line is tried short; the slowest few at full size."""
     worst = set(worst_lines(rx, pattern, anchors, example))

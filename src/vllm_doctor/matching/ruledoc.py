@@ -20,7 +20,9 @@ def document(rule: Rule) -> str:
         for p in rule.patterns:
             span = _span(p.since, p.until)
             out.append(f"  - {p.regex}")
-            details = [x for x in (span, f"from {p.source}" if p.source else "", f"{p.level} lines" if p.level else "") if x]
+            details = [
+                x for x in (span, f"from {p.source}" if p.source else "", f"{p.level} lines" if p.level else "") if x
+            ]
             if details:
                 out.append(f"    ({'; '.join(details)})")
             if p.example:

@@ -123,7 +123,7 @@ def parse(raw: str) -> tuple[str, str | None, str | None]:
     if "%|" in text or "it/s]" in text or "s/it]" in text:
         head = _TQDM_HEAD.search(text)
         if head and _prefix(text, head.end(), False):
-            text = text[head.end():]
+            text = text[head.end() :]
     pos = 0
     for _ in range(8):  # prefixes stack; each pass strips one
         stripped = text[pos:]

@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from vllm_doctor.read import lineparse
 from vllm_doctor.data import Line
+from vllm_doctor.errors import DoctorError
+from vllm_doctor.read import lineparse
 from vllm_doctor.read.prefilter import Prefilter
 
 BLOCK = 16 << 20  # bytes read at a time
@@ -35,7 +36,7 @@ CONTEXT_BEFORE = 1
 CONTEXT_AFTER = 5  # engine.JOIN_AFTER: lines a wrapped message may continue on
 
 
-class ReadError(Exception):
+class ReadError(DoctorError):
     """Input that cannot be read at all; the message is one line for the user."""
 
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_doctor.knowledge.checks import Options
 from vllm_doctor.data import Report, Rule
+from vllm_doctor.errors import DoctorError
+from vllm_doctor.knowledge.checks import Options
 from vllm_doctor.knowledge.facts import Facts
 
 KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -25,7 +26,7 @@ QUEUE_TIME = "vllm:request_queue_time_seconds"
 DEFAULT_TIMEOUT = 10.0
 
 
-class MetricsError(Exception):
+class MetricsError(DoctorError):
     """A scrape that cannot be had or read; the message is one line for the user."""
 
 
@@ -240,7 +241,9 @@ def describe(cur: Scrape, index: int, prev: Scrape | None = None) -> str:
     if "gen_tps" in s:
         parts.append(f"generation {s['gen_tps']} tokens/s,")
     if cur.queue_time is not None and cur.queue_time.count:
-        parts.append(f"queue time mean {cur.queue_time.sum / cur.queue_time.count:.2f} s over {int(cur.queue_time.count)},")
+        parts.append(
+            f"queue time mean {cur.queue_time.sum / cur.queue_time.count:.2f} s over {int(cur.queue_time.count)},"
+        )
     return " ".join(parts).rstrip(",")
 
 

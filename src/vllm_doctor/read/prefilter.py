@@ -125,7 +125,12 @@ def _hyperscan_db(hyperscan, anchors: list[str]):
             pass
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     expressions = [re.escape(a).encode("utf-8") for a in anchors]
-    db.compile(expressions=expressions, ids=list(range(len(expressions))), elements=len(expressions), flags=[0] * len(expressions))
+    db.compile(
+        expressions=expressions,
+        ids=list(range(len(expressions))),
+        elements=len(expressions),
+        flags=[0] * len(expressions),
+    )
     try:
         cache.write(_CACHE_NAME, key + hyperscan.dumpb(db))
     except Exception:

@@ -32,7 +32,6 @@ _VALUE_END = r"""[^\s,;'"})\]]"""  # a bare value runs until whitespace or punct
 _NOT_DONE = r"(?!\[?['\"]?\[REDACTED\])"  # a value masked already (a known literal went first)
 
 
-
 def _masked(m: re.Match[str]) -> str:
     """The name part kept, the value masked in the value's own quoting."""
     value = m.group(m.lastindex or 0)
@@ -51,14 +50,21 @@ _PATTERNS: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"(?i)(\bBearer\s+)[A-Za-z0-9._~+/=\-]{4,}"), r"\1" + MASK),
     # --api-key VALUE, --api-key=VALUE, --hf-token 'VALUE'
     (
-        re.compile(r"(?i)(--" + _NAME + r"(?:=|\s+))(?!--)" + _NOT_DONE + r"('[^'\n]*'|\"[^\"\n]*\"|" + _VALUE_END + r"+)"),
+        re.compile(
+            r"(?i)(--" + _NAME + r"(?:=|\s+))(?!--)" + _NOT_DONE + r"('[^'\n]*'|\"[^\"\n]*\"|" + _VALUE_END + r"+)"
+        ),
         _masked,
     ),
     # dict form: 'api_key': 'v', "hf_token": "v", 'api_key': ['a', 'b']  (None/True/False stay)
     (
         re.compile(
-            r"(?i)((['\"])" + _NAME + r"\2\s*:\s*)(?!None\b|null\b|True\b|False\b)" + _NOT_DONE +
-            r"(\[[^\]\n]*\]|'[^'\n]*'|\"[^\"\n]*\"|" + _VALUE_END + r"+)"
+            r"(?i)((['\"])"
+            + _NAME
+            + r"\2\s*:\s*)(?!None\b|null\b|True\b|False\b)"
+            + _NOT_DONE
+            + r"(\[[^\]\n]*\]|'[^'\n]*'|\"[^\"\n]*\"|"
+            + _VALUE_END
+            + r"+)"
         ),
         _masked,
     ),
@@ -66,8 +72,13 @@ _PATTERNS: list[tuple[re.Pattern[str], Any]] = [
     # (no spaces around '=': prose such as "per token = 7,936" is not an assignment)
     (
         re.compile(
-            r"(?i)(?<![\w-])(" + _NAME + r"=)(?!None\b|null\b|True\b|False\b)" + _NOT_DONE +
-            r"(\[[^\]\n]*\]|'[^'\n]*'|\"[^\"\n]*\"|" + _VALUE_END + r"+)"
+            r"(?i)(?<![\w-])("
+            + _NAME
+            + r"=)(?!None\b|null\b|True\b|False\b)"
+            + _NOT_DONE
+            + r"(\[[^\]\n]*\]|'[^'\n]*'|\"[^\"\n]*\"|"
+            + _VALUE_END
+            + r"+)"
         ),
         _masked,
     ),
@@ -101,7 +112,9 @@ class Redactor:
     """Redacts text line by line; `literals` are known secret values to mask wherever they occur."""
 
     def __init__(self, literals: Iterable[str] = ()):
-        self.literals = sorted({s for s in literals if s and len(s) >= _MIN_LITERAL and "\n" not in s}, key=len, reverse=True)
+        self.literals = sorted(
+            {s for s in literals if s and len(s) >= _MIN_LITERAL and "\n" not in s}, key=len, reverse=True
+        )
 
     def line(self, text: str) -> str:
         """One line (or a fragment without newlines)."""

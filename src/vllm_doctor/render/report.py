@@ -107,7 +107,8 @@ def gpu_lines(gpu: dict | None) -> list[str]:
     out = []
     for d in gpu.get("devices") or []:
         procs = ", ".join(
-            f"{p['pid']} {p['name']} {'?' if p['used_mib'] is None else format(p['used_mib'], ',')} MiB" for p in d["processes"]
+            f"{p['pid']} {p['name']} {'?' if p['used_mib'] is None else format(p['used_mib'], ',')} MiB"
+            for p in d["processes"]
         )
         out.append(
             f"GPU {d['index']} {d['name']} (this machine, now): {d['total_mib']:,} MiB total, {d['used_mib']:,} used, "

@@ -42,7 +42,18 @@ READY_MARKERS = (b"Application startup complete", b"Uvicorn running on", b"Avail
 # fallback when the diagnosis itself fails: lines that mean the engine died
 FATAL_MARKERS = (b"EngineDeadError", b"EngineCore encountered an issue", b"Engine core initialization failed")
 HANG_MARKER = b"Waiting for connections to close"
-ENV_PREFIXES = ("VLLM_", "CUDA_", "NCCL_", "HF_", "HUGGING_FACE_", "TORCH_", "PYTORCH_", "TRANSFORMERS_", "OMP_", "NVIDIA_")
+ENV_PREFIXES = (
+    "VLLM_",
+    "CUDA_",
+    "NCCL_",
+    "HF_",
+    "HUGGING_FACE_",
+    "TORCH_",
+    "PYTORCH_",
+    "TRANSFORMERS_",
+    "OMP_",
+    "NVIDIA_",
+)
 ENV_NAMES = ("OPENAI_API_KEY", "LD_PRELOAD", "PYTHONUNBUFFERED")
 REPORTS_ROOT = Path("vllm-doctor-reports")
 
@@ -169,18 +180,20 @@ class Watcher(threading.Thread):
             self._run()
         except Exception as e:  # a bug here must not touch the server
             self.failed = f"{type(e).__name__}: {e}"
-            self.notify(f"{TAG} note: the live watch stopped after an internal error ({self.failed}); vLLM is not affected")
+            self.notify(
+                f"{TAG} note: the live watch stopped after an internal error ({self.failed}); vLLM is not affected"
+            )
             while self.q.get() is not None:  # keep the queue from filling
                 pass
 
     def _run(self) -> None:
-        from vllm_doctor.read import lineparse
-        from vllm_doctor.knowledge.checks import Options
         from vllm_doctor.data import Line
+        from vllm_doctor.knowledge.checks import Options
         from vllm_doctor.knowledge.diagnose import diagnose
-        from vllm_doctor.matching.engine import Engine
         from vllm_doctor.knowledge.facts import Facts
+        from vllm_doctor.matching.engine import Engine
         from vllm_doctor.matching.loader import load
+        from vllm_doctor.read import lineparse
 
         rules = load(list(self.rules_dirs))
         engine = Engine(rules)
@@ -313,7 +326,9 @@ class Wrapper:
         except OSError as e:
             self._capture_failed = True
             self.outcome.internal_errors.append(f"capture: {e}")
-            self.note(f"{TAG} note: cannot write the capture file {self.capture_path} ({e.strerror or e}); output still passes through")
+            self.note(
+                f"{TAG} note: cannot write the capture file {self.capture_path} ({e.strerror or e}); output still passes through"
+            )
 
     def _inspect(self, whole: bytes) -> None:
         try:
@@ -672,7 +687,9 @@ def run(opts: ServeOptions) -> Outcome:
         finish(w)
     except Exception as e:  # the report is a bonus; the status is the child's regardless
         o.internal_errors.append(f"report: {type(e).__name__}: {e}")
-        _say(opts, f"vllm-doctor: could not finish the report ({type(e).__name__}: {e}); raw output in {w.capture_path}")
+        _say(
+            opts, f"vllm-doctor: could not finish the report ({type(e).__name__}: {e}); raw output in {w.capture_path}"
+        )
     return o
 
 
@@ -691,8 +708,8 @@ def finish(w: Wrapper) -> None:
     report, diag_error = None, None
     try:
         from vllm_doctor.knowledge.checks import Options
-        from vllm_doctor.pipeline import explain
         from vllm_doctor.matching.loader import load
+        from vllm_doctor.pipeline import explain
 
         # the model's config.json from its directory or the HF cache (never the network: the
         # server has just died, the report should not wait), and the GPUs as they were at the exit
@@ -767,7 +784,9 @@ def write_report(w: Wrapper, report, diag_error: str | None) -> Path | None:
     try:
         d = _report_dir(opts)
     except OSError as e:
-        _say(opts, f"vllm-doctor: cannot create the report directory ({e.strerror or e}); raw output in {w.capture_path}")
+        _say(
+            opts, f"vllm-doctor: cannot create the report directory ({e.strerror or e}); raw output in {w.capture_path}"
+        )
         return None
     red = Redactor(secret_values()) if opts.redact else None
     try:
@@ -825,8 +844,13 @@ def json_text(w: Wrapper, report, diag_error: str | None, red) -> str:
     if report is not None:
         data = to_dict(report)
     else:
-        data = {"schema": SCHEMA, "input": {"paths": ["server.log"], "lines": None, "warnings": []},
-                "status": "unknown", "diagnoses": [], "facts": {}}
+        data = {
+            "schema": SCHEMA,
+            "input": {"paths": ["server.log"], "lines": None, "warnings": []},
+            "status": "unknown",
+            "diagnoses": [],
+            "facts": {},
+        }
     data["serve"] = serve_section(w, diag_error)
     if red is not None:
         data["serve"]["command"] = red.argv(w.argv)
@@ -842,7 +866,11 @@ def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
     if report is not None:
         out.append(to_markdown(report, redact=False).rstrip("\n"))
     else:
-        out += ["## vllm-doctor: could not diagnose", "", f"The diagnosis failed: `{diag_error}`. The output is in `server.log`."]
+        out += [
+            "## vllm-doctor: could not diagnose",
+            "",
+            f"The diagnosis failed: `{diag_error}`. The output is in `server.log`.",
+        ]
     out += ["", "### How the server ended", ""]
     how = f"exit status {o.status}" + (f" ({o.signal})" if o.signal else "")
     out.append(f"- **Exit:** {how}; {'became ready' if o.ready else 'never became ready'}")
@@ -851,10 +879,14 @@ def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
     if o.signals_forwarded:
         out.append(f"- **Signals forwarded:** {', '.join(o.signals_forwarded)}")
     if o.escalated:
-        out.append("- **Escalated:** vLLM did not stop in the grace period; vllm-doctor sent SIGKILL"
-                   + (" (it hung on \"Waiting for connections to close\")" if o.hung else ""))
+        out.append(
+            "- **Escalated:** vLLM did not stop in the grace period; vllm-doctor sent SIGKILL"
+            + (' (it hung on "Waiting for connections to close")' if o.hung else "")
+        )
     for s in o.survivors:
-        out.append(f"- **Outlived vLLM:** pid {s['pid']} `{s['command']}` ({'killed' if s['killed'] else 'could not be killed'})")
+        out.append(
+            f"- **Outlived vLLM:** pid {s['pid']} `{s['command']}` ({'killed' if s['killed'] else 'could not be killed'})"
+        )
     out.append(f"- **Command:** `{' '.join(w.argv)}`")
     from vllm_doctor.render.report import gpu_lines
 
@@ -873,7 +905,9 @@ def env_text(w: Wrapper, version: str | None) -> str:
         f"vllm-doctor {__version__}",
         f"vLLM: {version or _vllm_version(w.argv[0] if w.argv else None) or 'unknown'}",
         f"command: {' '.join(w.argv)}",
-        f"exit: status {o.status}" + (f" ({o.signal})" if o.signal else "") + (", SIGKILL after the grace period" if o.escalated else ""),
+        f"exit: status {o.status}"
+        + (f" ({o.signal})" if o.signal else "")
+        + (", SIGKILL after the grace period" if o.escalated else ""),
         f"started: {_iso(o.started)}",
         f"ended: {_iso(o.ended)}",
         f"platform: {platform.platform()} ({platform.machine()})",
