@@ -20,6 +20,7 @@ from typing import Any
 
 from vllm_doctor.data import MODEL_SHAPE_KEYS
 from vllm_doctor.errors import DoctorError
+from vllm_doctor.versions import version_tuple
 
 NET_TIMEOUT_S = 3.0  # one HTTP request to the Hub; no retries, so "no network" is said quickly
 
@@ -508,7 +509,8 @@ def derive_max_model_len(
         factor = rope.get("factor")
         factor = float(factor) if isinstance(factor, (int, float)) else 1.0
         if rtype in YARN_TYPES:
-            if _version(vllm_version) < (0, 30):  # 0.30+ takes max_position_embeddings as already scaled
+            # 0.30+ takes max_position_embeddings as already scaled; an unknown version: the current rules
+            if version_tuple(vllm_version, unknown=(99,)) < (0, 30):
                 original = rope.get("original_max_position_embeddings")
                 if isinstance(original, (int, float)):
                     derived = float(original)
@@ -516,18 +518,6 @@ def derive_max_model_len(
         elif rtype not in ROPE_NOT_MULTIPLIED:
             derived *= factor
     return int(derived), key
-
-
-def _version(text: str | None) -> tuple[int, ...]:
-    if not text:
-        return (99,)  # unknown: the current rules
-    parts = []
-    for p in str(text).lstrip("v").split(".")[:3]:
-        digits = "".join(ch for ch in p if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) or (99,)
 
 
 def quantization_bits(qcfg: Any) -> tuple[str | None, float | None]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.data import Evidence, Match
 from vllm_doctor.knowledge.facts import KV_NEAR_FULL_PCT, Facts
+from vllm_doctor.versions import version_tuple
 
 if TYPE_CHECKING:  # the model and GPU modules load only when a model or GPU is involved
     from vllm_doctor.capacity.gpu import GpuSnapshot
@@ -72,7 +73,7 @@ def block_size(inp: CheckInput) -> tuple[int, bool]:
     if b:
         return int(b), True
     version = inp.get("vllm_version")
-    if str(inp.get("device") or "").lower() == "cpu" and version and _version_tuple(version) >= (0, 20):
+    if str(inp.get("device") or "").lower() == "cpu" and version and version_tuple(version) >= (0, 20):
         return CPU_BLOCK_SIZE, False
     return DEFAULT_BLOCK_SIZE, False
 
@@ -82,17 +83,7 @@ def is_v1(inp: CheckInput) -> bool:
     if engine:
         return engine == "V1"
     version = inp.get("vllm_version")
-    return bool(version) and _version_tuple(version) >= (0, 8, 0)
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for p in str(text).split(".")[:3]:
-        digits = "".join(ch for ch in p if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
+    return bool(version) and version_tuple(version) >= (0, 8, 0)
 
 
 def model_kv(inp: CheckInput) -> tuple[ModelShape, float, str, int, int] | None:
