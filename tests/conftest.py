@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_doctor.pipeline import explain, load_rules
+from vllm_doctor.matching.loader import load as load_rules
+from vllm_doctor.pipeline import explain
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"

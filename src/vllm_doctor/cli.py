@@ -5,11 +5,27 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
+import click
 import typer
+from typer.core import TyperGroup
+
+
+class _Group(TyperGroup):
+    """Bad input (a DoctorError from any stage) is one line on stderr and exit status 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from vllm_doctor.errors import DoctorError
+
+        try:
+            return super().invoke(ctx)
+        except DoctorError as e:
+            fail(str(e))
+
 
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -36,6 +52,20 @@ class FailOn(str, Enum):
     blocker = "blocker"
 
 
+# options several commands share, declared once
+RulesDirs = Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the output to this file.")]
+FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 from this severity up.")]
+NoRedactOpt = Annotated[
+    bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in markdown/json output.")
+]
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never touch the network (the HF cache only).")]
+TargetConcurrency = Annotated[
+    Optional[int], typer.Option("--target-concurrency", min=1, help="Sequences the server must hold at once.")
+]
+
+
 def _exit_code(report, fail_on: FailOn) -> int:
     """1 when a diagnosis reaches the --fail-on severity, else 0."""
     failing = {"blocker"} if fail_on is FailOn.blocker else {"blocker", "warning"}
@@ -49,12 +79,9 @@ def fail(message: str) -> None:
 
 
 def _load_rules(extra: list[Path]):
-    from vllm_doctor.matching.loader import RuleError, load
+    from vllm_doctor.matching.loader import load
 
-    try:
-        return load(extra)
-    except RuleError as e:
-        fail(str(e))
+    return load(extra)
 
 
 @app.command()
@@ -63,13 +90,11 @@ def explain(
         Optional[list[str]],
         typer.Argument(help="Log files (.gz works too); - reads stdin.", metavar="LOG", show_default=False),
     ] = None,
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report here.")] = None,
-    rules_dirs: Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).")] = [],  # noqa: B006
-    fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 from this severity up.")] = FailOn.blocker,
-    target_concurrency: Annotated[
-        Optional[int], typer.Option("--target-concurrency", min=1, help="Sequences the server must hold at once.")
-    ] = None,
+    format: FormatOpt = Format.text,
+    output: OutputOpt = None,
+    rules_dirs: RulesDirs = [],  # noqa: B006 (typer reads the default; it is never mutated)
+    fail_on: FailOnOpt = FailOn.blocker,
+    target_concurrency: TargetConcurrency = None,
     target_len: Annotated[
         Optional[int], typer.Option("--target-len", min=1, help="Tokens per sequence for --target-concurrency.")
     ] = None,
@@ -79,9 +104,7 @@ def explain(
             "--metrics", help="Diagnose a running server from its /metrics (a URL, or a saved scrape).", metavar="URL"
         ),
     ] = None,
-    no_redact: Annotated[
-        bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in markdown/json output.")
-    ] = False,
+    no_redact: NoRedactOpt = False,
     model: Annotated[
         Optional[str],
         typer.Option(
@@ -93,68 +116,41 @@ def explain(
     config: Annotated[
         Optional[str], typer.Option("--config", help="Use this config.json for the model.", metavar="FILE")
     ] = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Never touch the network (the HF cache only).")] = False,
+    offline: OfflineOpt = False,
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Skip the NVML snapshot of this machine's GPUs.")] = False,
 ) -> None:
     """Diagnose a vLLM log: the cause, the evidence, the numbers and the fixes in order."""
+    from vllm_doctor import pipeline
     from vllm_doctor.knowledge.checks import Options
-
-    options = Options(target_concurrency, target_len, model=model, config=config, offline=offline,
-                      lookup_model=True, gpu=not no_gpu)  # fmt: skip
 
     if metrics is not None and paths:
         fail("give log files or --metrics URL, not both")
-    if metrics is None and not paths:
-        fail("give a log file (- for stdin) or --metrics URL")
     rules = _load_rules(rules_dirs)
-    try:
-        if metrics is not None:
-            from vllm_doctor.read.metrics import MetricsError, diagnose, fetch
+    if metrics is not None:
+        from vllm_doctor.read.metrics import fetch
 
-            try:
-                report = diagnose([fetch(metrics)], rules, Options(target_concurrency, target_len))
-            except MetricsError as e:
-                fail(str(e))
-        else:
-            from vllm_doctor.pipeline import explain as run
-            from vllm_doctor.read.logread import ReadError
-
-            try:
-                report = run(paths, rules, options)
-            except ReadError as e:
-                fail(str(e))
-            except Exception as e:
-                from vllm_doctor.capacity.modelcfg import ConfigError  # only --config can raise it: load it only then
-
-                if not isinstance(e, ConfigError):
-                    raise
-                fail(str(e))
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        report = pipeline.from_metrics([fetch(metrics)], rules, Options(target_concurrency, target_len))
+    elif paths:
+        options = Options(target_concurrency, target_len, model=model, config=config, offline=offline,
+                          lookup_model=True, gpu=not no_gpu)  # fmt: skip
+        report = pipeline.explain(paths, rules, options)
+    else:
+        fail("give a log file (- for stdin) or --metrics URL")
     _emit(report, format, output, redact=not no_redact)
     raise typer.Exit(_exit_code(report, fail_on))
 
 
-def _emit(report, format: Format, output: Path | None, redact: bool = True) -> None:
-    from vllm_doctor.render import report as rep
+def _emit(doc, format: Format, output: Path | None, redact: bool = True, done: str | None = None) -> None:
+    """Print `doc` (a Report or a Plan) in `format`, or write it to `output` and say so on stderr."""
+    from vllm_doctor.data import Report
+    from vllm_doctor.render import render
 
-    if format is Format.text and output is None:
-        from vllm_doctor.render.text import render
+    if format is Format.text and output is None and isinstance(doc, Report):
+        from vllm_doctor.render.text import show
 
-        render(report)
+        show(doc)  # in colour where the terminal takes it
         return
-    if format is Format.json:
-        text = rep.to_json(report, redact=redact)
-    elif format is Format.markdown:
-        text = rep.to_markdown(report, redact=redact)
-    else:
-        import io
-
-        from vllm_doctor.render.text import render
-
-        buf = io.StringIO()
-        render(report, file=buf)
-        text = buf.getvalue()
+    text = render(doc, format.value, redact=redact)
     if output is None:
         sys.stdout.write(text)
         return
@@ -162,13 +158,17 @@ def _emit(report, format: Format, output: Path | None, redact: bool = True) -> N
         output.write_text(text, encoding="utf-8")
     except OSError as e:
         fail(f"{output}: cannot write ({e.strerror or e})")
-    typer.echo(f"vllm-doctor: {rep.headline(report)}; report written to {output}", err=True)
+    if done is None:
+        from vllm_doctor.render.summary import headline
+
+        done = f"{headline(doc)}; report"
+    typer.echo(f"vllm-doctor: {done} written to {output}", err=True)
 
 
 @rules_app.callback()
 def rules_list(
     ctx: typer.Context,
-    rules_dirs: Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules.")] = [],  # noqa: B006
+    rules_dirs: RulesDirs = [],  # noqa: B006
 ) -> None:
     """List the rules (id, kind, category, severity, title)."""
     if ctx.invoked_subcommand is not None:
@@ -181,7 +181,7 @@ def rules_list(
 @rules_app.command("show")
 def rules_show(
     rule_id: Annotated[str, typer.Argument(help="The rule id.")],
-    rules_dirs: Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules.")] = [],  # noqa: B006
+    rules_dirs: RulesDirs = [],  # noqa: B006
 ) -> None:
     """Print one rule's documentation, generated from its file."""
     from vllm_doctor.matching.ruledoc import document
@@ -241,10 +241,8 @@ def serve(
     no_watch: Annotated[
         bool, typer.Option("--no-watch", help="Do not watch the stats lines while the server runs.")
     ] = False,
-    no_redact: Annotated[
-        bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in the report.")
-    ] = False,
-    rules_dirs: Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).")] = [],  # noqa: B006
+    no_redact: NoRedactOpt = False,
+    rules_dirs: RulesDirs = [],  # noqa: B006
 ) -> None:
     """Run vllm serve, pass its output through, and on a bad exit write a diagnosed incident report.
 
@@ -279,21 +277,21 @@ def watch(
     url: Annotated[str, typer.Argument(help="The server (http://HOST:PORT) or its /metrics URL.", show_default=False)],
     interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between scrapes.")] = 10.0,
     samples: Annotated[int, typer.Option("--samples", min=1, help="Scrapes to take, then diagnose.")] = 6,
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format of the diagnosis.")] = Format.text,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the diagnosis here.")] = None,
-    rules_dirs: Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).")] = [],  # noqa: B006
-    fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 from this severity up.")] = FailOn.blocker,
-    no_redact: Annotated[bool, typer.Option("--no-redact", help="Keep secrets in markdown/json output.")] = False,
+    format: FormatOpt = Format.text,
+    output: OutputOpt = None,
+    rules_dirs: RulesDirs = [],  # noqa: B006
+    fail_on: FailOnOpt = FailOn.blocker,
+    no_redact: NoRedactOpt = False,
 ) -> None:
     """Scrape a running server's /metrics every --interval seconds and diagnose the series:
     a full KV cache, the sequence cap, or a stall. One line per scrape on stderr; Ctrl-C stops early."""
     import time
 
-    from vllm_doctor.knowledge.checks import Options
-    from vllm_doctor.read.metrics import MetricsError, describe, diagnose, fetch
+    from vllm_doctor import pipeline
+    from vllm_doctor.read.metrics import MetricsError, Scrape, describe, fetch
 
     rules = _load_rules(rules_dirs)
-    scrapes = []
+    scrapes: list[Scrape] = []
     try:
         for i in range(samples):
             if i:
@@ -309,7 +307,7 @@ def watch(
     except KeyboardInterrupt:
         if not scrapes:
             raise typer.Exit(130) from None
-    report = diagnose(scrapes, rules, Options())
+    report = pipeline.from_metrics(scrapes, rules)
     _emit(report, format, output, redact=not no_redact)
     raise typer.Exit(_exit_code(report, fail_on))
 
@@ -355,9 +353,7 @@ def plan(
     quantization: Annotated[
         Optional[str], typer.Option("--quantization", "-q", help="awq, gptq, fp8, ... (bits per weight).")
     ] = None,
-    target_concurrency: Annotated[
-        Optional[int], typer.Option("--target-concurrency", min=1, help="Sequences to hold at once.")
-    ] = None,
+    target_concurrency: TargetConcurrency = None,
     block_size: Annotated[int, typer.Option("--block-size", min=1, help="Tokens per KV block.")] = 16,
     prompt_len: Annotated[
         Optional[int], typer.Option("--prompt-len", min=1, help="Show the blocks a prompt of this length takes.")
@@ -369,10 +365,10 @@ def plan(
         Optional[str],
         typer.Option("--overhead", help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default 0)."),
     ] = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Never touch the network (the HF cache only).")] = False,
+    offline: OfflineOpt = False,
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Do not ask NVML for the GPUs.")] = False,
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan here.")] = None,
+    format: FormatOpt = Format.text,
+    output: OutputOpt = None,
 ) -> None:
     """The capacity arithmetic before you start: weights, KV cache, bytes per token, tokens and
     sequences that fit, valid TP sizes and a ready `vllm serve` line. Exit 1 when it does not fit."""
@@ -387,10 +383,7 @@ def plan(
         prompt_len=prompt_len, samples=samples, overhead=overhead, offline=offline,
     )  # fmt: skip
     gpu = skipped("--no-gpu") if no_gpu else snapshot()
-    try:
-        result = planner.make_plan(request, gpu)
-    except planner.PlanError as e:
-        fail(str(e))
+    result = planner.make_plan(request, gpu)
     render = {Format.text: planner.to_text, Format.markdown: planner.to_markdown, Format.json: planner.to_json}
     text = render[format](result)
     if not gpu.available and format is Format.text:
@@ -407,10 +400,11 @@ def plan(
 
 
 def main() -> None:
-    """Run the CLI; usage errors and internal errors are one line on stderr, not a traceback."""
+    """Run the CLI; bad input, usage errors and internal errors are one line on stderr, never a
+    traceback: exit 2 for the first two, 3 for our own bugs, 130 for Ctrl-C."""
     try:
         code = app(prog_name="vllm-doctor", standalone_mode=False)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         code = 130
     except Exception as e:  # click's UsageError family (vendored by typer) and our own bugs
         code = _one_line_error(e)

@@ -1,49 +1,94 @@
-"""The explain pipeline as a library call: paths in, a Report out."""
+"""Every Report is built here, whatever the input: log files (explain, and serve's capture) or
+/metrics scrapes (explain --metrics, watch). The stages run in the order of the tree:
+read -> matching -> knowledge (facts, checks, diagnoses) with capacity's model and GPU numbers.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from vllm_doctor.data import MODEL_SHAPE_KEYS, Report, Rule
+from vllm_doctor.data import MODEL_SHAPE_KEYS, Diagnosis, Match, Report, Rule
 from vllm_doctor.knowledge.checks import DEFAULT_BLOCK_SIZE, CheckInput, Options, concurrency_budget
 from vllm_doctor.knowledge.diagnose import diagnose
 from vllm_doctor.knowledge.facts import Facts
-from vllm_doctor.matching import loader as rules_mod
+from vllm_doctor.matching import loader
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.read import logread
 
-
-def load_rules(extra_dirs: Iterable[Path] = ()) -> list[Rule]:
-    return rules_mod.load(list(extra_dirs))
+if TYPE_CHECKING:
+    from vllm_doctor.read.metrics import Scrape
 
 
 def explain(paths: list[str], rules: list[Rule] | None = None, options: Options | None = None) -> Report:
     """Read the logs, match the rules, and diagnose. Raises logread.ReadError for unreadable input."""
-    rules = rules if rules is not None else load_rules()
-    options = options or Options()
+    rules = rules if rules is not None else loader.load()
     engine = Engine(rules)
     stats = logread.ReadStats()
     facts = Facts()
     matches = engine.run(logread.read(paths, engine.prefilter, stats), facts)
+    warnings = list(stats.warnings)
+    if engine.dropped:
+        warnings.append(f"rules dropped for matching too slowly on this input: {', '.join(engine.dropped)}")
+    if engine.timeouts > len(engine.dropped):
+        warnings.append(f"{engine.timeouts - len(engine.dropped)} pattern match(es) gave up after the regex time limit")
+    recognised = bool(facts.values or facts.stats.samples or matches)
+    return build(rules, facts, matches, options, paths=list(paths), lines=stats.lines, warnings=warnings,
+                 recognised=recognised)  # fmt: skip
+
+
+def from_metrics(scrapes: list[Scrape], rules: list[Rule] | None = None, options: Options | None = None) -> Report:
+    """The same report for one /metrics scrape or a series: the scrapes fill the stats series that
+    a log's stats lines would, and the same rules decide."""
+    from vllm_doctor.read import metrics
+
+    if not scrapes:
+        raise metrics.MetricsError("no scrape to diagnose")
+    from vllm_doctor.capacity.gpu import skipped
+
+    # a scrape may come from any host: this machine's GPUs say nothing about that server
+    options = replace(options or Options(), gpu_snapshot=skipped("not taken for a /metrics scrape"))
+    return build(
+        rules if rules is not None else loader.load(),
+        metrics.to_facts(scrapes),
+        {},
+        options,
+        paths=sorted({s.source for s in scrapes}),
+        lines=sum(s.lines for s in scrapes),
+        warnings=metrics.warnings(scrapes[-1]),
+        recognised=bool(scrapes[-1].vllm_series),
+        extra={"metrics": metrics.summary(scrapes)},
+    )
+
+
+def build(
+    rules: list[Rule],
+    facts: Facts,
+    matches: dict[str, Match],
+    options: Options | None,
+    *,
+    paths: list[str],
+    lines: int,
+    warnings: list[str],
+    recognised: bool,
+    extra: dict[str, Any] | None = None,
+) -> Report:
+    """The one place a Report is assembled: derived facts, the model and GPU, the diagnoses, the
+    concurrency budget, the model's facts, the status. `recognised`: the input was vLLM's at all."""
     _derive(facts)
-    options, model_note = with_model_and_gpu(facts, options)
+    options, model_note = with_model_and_gpu(facts, options or Options())
     diagnoses = diagnose(rules, matches, facts, options)
     report_facts = facts.to_json()
     budget = concurrency_budget(CheckInput(facts.flat(), facts, None, options))
     if budget:
         report_facts["concurrency"] = budget
     report_facts.update(model_facts(facts, options, model_note))
-    warnings = list(stats.warnings)
-    if engine.dropped:
-        warnings.append(f"rules dropped for matching too slowly on this input: {', '.join(engine.dropped)}")
-    if engine.timeouts > len(engine.dropped):
-        warnings.append(f"{engine.timeouts - len(engine.dropped)} pattern match(es) gave up after the regex time limit")
+    report_facts.update(extra or {})
     return Report(
-        paths=list(paths),
-        lines=stats.lines,
-        status=status(diagnoses, bool(facts.values or facts.stats.samples or matches)),
+        paths=paths,
+        lines=lines,
+        status=status(diagnoses, recognised),
         diagnoses=diagnoses,
         facts=report_facts,
         warnings=warnings,
@@ -118,10 +163,10 @@ def _derive(facts: Facts) -> None:
         facts.set("kv_cache.tokens", blocks * (size or DEFAULT_BLOCK_SIZE), where)
         facts.set("kv_cache.tokens_from", "blocks x block_size" if size else "blocks x default block_size 16", where)
     elif facts.get("kv_cache.tokens") is not None:
-        facts.set("kv_cache.tokens_from", "log")
+        facts.set_default("kv_cache.tokens_from", "log")
 
 
-def status(diagnoses, recognised: bool) -> str:
+def status(diagnoses: list[Diagnosis], recognised: bool) -> str:
     """The report's status; `recognised` when the input was vLLM's at all."""
     severities = {d.severity for d in diagnoses}
     if "blocker" in severities:

@@ -11,7 +11,8 @@ from conftest import FIXTURES, LAB
 from vllm_doctor.capacity import arithmetic as cap
 from vllm_doctor.capacity.modelcfg import shape_from_config
 from vllm_doctor.knowledge.checks import Options
-from vllm_doctor.render.report import to_dict, to_markdown
+from vllm_doctor.render.json import to_dict
+from vllm_doctor.render.markdown import render as to_markdown
 
 CONFIGS = FIXTURES / "configs"
 WIDE = str(CONFIGS / "lab-wide-llama")

@@ -11,7 +11,8 @@ from conftest import LAB
 from vllm_doctor.capacity import gpu
 from vllm_doctor.cli import app
 from vllm_doctor.knowledge.checks import Options
-from vllm_doctor.render.report import to_dict, to_markdown
+from vllm_doctor.render.json import to_dict
+from vllm_doctor.render.markdown import render as to_markdown
 
 MIB = 2**20
 

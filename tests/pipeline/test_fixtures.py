@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, LAB
-from vllm_doctor.render.report import to_dict
+from vllm_doctor.render.json import to_dict
 
 LOGS = FIXTURES / "logs"
 

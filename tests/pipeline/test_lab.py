@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import LAB
-from vllm_doctor.render.report import to_dict
+from vllm_doctor.render.json import to_dict
 
 MAIN = {"cache-oom", "tp-divisibility", "context-exceeds-max", "queue-saturation"}
 FACT_PATHS = {

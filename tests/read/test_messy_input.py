@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from vllm_doctor.render.report import to_dict
+from vllm_doctor.render.json import to_dict
 
 LOGS = FIXTURES / "logs"
 SP = "/usr/local/lib/python3.12/dist-packages/vllm"

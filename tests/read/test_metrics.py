@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from conftest import LAB
 from vllm_doctor.cli import app
+from vllm_doctor.pipeline import from_metrics
 from vllm_doctor.read import metrics
 
 SATURATED = LAB / "queue-saturation.metrics-5.txt"  # running 5, waiting 11, KV 95.2%
@@ -49,7 +50,7 @@ def test_both_kv_usage_names():
     old = metrics.parse(v0(SATURATED.read_text()), "v0")
     assert old.kv_metric == "vllm:gpu_cache_usage_perc"
     assert old.kv_usage_pct == new.kv_usage_pct == pytest.approx(95.2)
-    assert top(metrics.diagnose([old])).category == "queue-saturation"
+    assert top(from_metrics([old])).category == "queue-saturation"
     both = SATURATED.read_text() + 'vllm:gpu_cache_usage_perc{model_name="m"} 0.1\n'
     assert metrics.parse(both).kv_metric == "vllm:kv_cache_usage_perc"  # the current name wins
 
@@ -67,7 +68,7 @@ def test_both_kv_usage_names():
     ],
 )
 def test_one_scrape(path, category):
-    d = top(metrics.diagnose([scrape(path)]))
+    d = top(from_metrics([scrape(path)]))
     assert (d.category if d else None) == category
 
 
@@ -79,17 +80,17 @@ def test_stall_from_metrics():
     )
     s = metrics.parse(text, "stalled")
     assert (s.running, s.waiting) == (0, 6)
-    assert top(metrics.diagnose([s])).category == "queue-stall"
+    assert top(from_metrics([s])).category == "queue-stall"
 
 
 def test_series_tells_cache_full_from_sequence_cap():
     sat = [scrape(LAB / f"queue-saturation.metrics-{i}.txt", at=10.0 * k) for k, i in enumerate((0, 1, 5, 9, 10, 11))]
-    r = metrics.diagnose(sat)
+    r = from_metrics(sat)
     assert top(r).category == "queue-saturation"
     assert r.facts["stats"]["preemptions"] == 4
     assert r.facts["metrics"]["scrapes"] == 6 and r.facts["metrics"]["seconds"] == 50
     cap = [scrape(LAB / f"queue-saturation-max-num-seqs.metrics-{i}.txt", at=10.0 * i) for i in (1, 2, 3)]
-    r = metrics.diagnose(cap)
+    r = from_metrics(cap)
     assert top(r).category == "queue-sequence-cap"
     assert r.facts["stats"]["waiting_max"] == 10 and r.facts["stats"]["kv_usage_max_pct"] < 40
 
@@ -103,7 +104,7 @@ def test_histogram_quantiles():
 
 def test_not_a_vllm_server():
     s = metrics.parse("# TYPE up gauge\nup 1\n", "other")
-    r = metrics.diagnose([s])
+    r = from_metrics([s])
     assert r.status == "unknown" and "no vllm:* metrics" in r.warnings[0]
     with pytest.raises(metrics.MetricsError):
         metrics.parse("this is { not prometheus", "junk")

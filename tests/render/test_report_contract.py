@@ -7,7 +7,8 @@ import json
 import pytest
 
 from conftest import LAB
-from vllm_doctor.render.report import to_dict, to_json
+from vllm_doctor.render.json import render as to_json
+from vllm_doctor.render.json import to_dict
 
 FACT_KEYS = {"vllm_version", "model", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization",
              "num_attention_heads", "weights_gib", "kv_cache", "stats"}  # fmt: skip

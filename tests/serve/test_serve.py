@@ -423,7 +423,7 @@ def test_exit_status_arithmetic(rc, status):
 
 def test_gpu_snapshot_never_raises():
     from vllm_doctor.capacity import gpu
-    from vllm_doctor.render.report import gpu_lines
+    from vllm_doctor.render.summary import gpu_lines
 
     g = gpu.snapshot().to_json()
     assert isinstance(g, dict)

@@ -1,0 +1,8 @@
+"""read/ owns the input: bytes in, `Line`s out, and /metrics scrapes in, facts out.
+
+logread streams log files and stdin (gzip by magic bytes) in blocks, runs the prefilter (every
+rule's literal anchors, one pass over the whole buffer) and decodes only the candidate lines and
+their neighbours; lineparse undoes colour codes, launcher and collector prefixes; metrics fetches
+and parses a Prometheus exposition. A new log prefix goes in lineparse. May import data, errors,
+cache, and knowledge.facts (the store a scrape fills); never matching, render, serve or cli.
+"""

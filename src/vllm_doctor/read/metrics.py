@@ -1,7 +1,7 @@
-"""Diagnose a running server from its Prometheus endpoint (`GET /metrics`).
+"""Read a running server's Prometheus endpoint (`GET /metrics`, or a saved scrape) into facts.
 
 One scrape or a series of them becomes the same stats series the log's periodic stats lines fill
-(facts.StatsSeries), and the same rules decide: the queue_kind check tells a full KV cache from
+(facts.StatsSeries); pipeline.from_metrics then runs the same rules: the queue_kind check tells a full KV cache from
 the sequence cap and from a stall whether the numbers came from a log or from /metrics.
 
 The exposition is parsed with prometheus_client's parser, imported only here. Names follow
@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_doctor.data import Report, Rule
 from vllm_doctor.errors import DoctorError
-from vllm_doctor.knowledge.checks import Options
 from vllm_doctor.knowledge.facts import Facts
 
 KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -264,40 +262,27 @@ def _facts_from_config(facts: Facts, scrape: Scrape) -> None:
             facts.set(name, cfg[label])
 
 
-def diagnose(scrapes: list[Scrape], rules: list[Rule] | None = None, options: Options | None = None) -> Report:
-    """The explain report for one scrape or a series, in the contract of a log's report."""
-    from vllm_doctor import pipeline as explain_mod
-    from vllm_doctor.knowledge.diagnose import diagnose as run_rules
-
-    if not scrapes:
-        raise MetricsError("no scrape to diagnose")
-    rules = rules if rules is not None else explain_mod.load_rules()
+def to_facts(scrapes: list[Scrape]) -> Facts:
+    """The facts of a scrape series: each scrape one stats sample, the last one's cache config."""
     facts = Facts()
     prev = None
     for i, cur in enumerate(scrapes, 1):
         if cur.running is not None or cur.waiting is not None:
             facts.stats.add(sample(cur, prev), i, 0, describe(cur, i, prev))
         prev = cur
-    last = scrapes[-1]
-    _facts_from_config(facts, last)
+    _facts_from_config(facts, scrapes[-1])
     if facts.get("kv_cache.tokens") is not None:
         facts.set("kv_cache.tokens_from", "metrics")
-    diagnoses = run_rules(rules, {}, facts, options or Options())
-    report_facts = facts.to_json()
-    report_facts["metrics"] = summary(scrapes)
-    warnings = []
+    return facts
+
+
+def warnings(last: Scrape) -> list[str]:
+    """What the report should say about an exposition that is not (all) vLLM's."""
     if not last.vllm_series:
-        warnings.append(f"{last.source}: no vllm:* metrics in this exposition; is it a vLLM server?")
-    elif last.kv_usage is None:
-        warnings.append(f"{last.source}: neither {' nor '.join(KV_NAMES)} is exposed")
-    return Report(
-        paths=sorted({s.source for s in scrapes}),
-        lines=sum(s.lines for s in scrapes),
-        status=explain_mod.status(diagnoses, bool(last.vllm_series)),
-        diagnoses=diagnoses,
-        facts=report_facts,
-        warnings=warnings,
-    )
+        return [f"{last.source}: no vllm:* metrics in this exposition; is it a vLLM server?"]
+    if last.kv_usage is None:
+        return [f"{last.source}: neither {' nor '.join(KV_NAMES)} is exposed"]
+    return []
 
 
 def summary(scrapes: list[Scrape]) -> dict[str, Any]:

@@ -1,22 +1,32 @@
 """The report for a person at a terminal: what failed, the evidence, the numbers, the fixes.
 
 Uses rich; colour follows NO_COLOR and turns off by itself when stdout is not a terminal.
+Not masked for secrets yet: the terminal text is the operator's own screen.
 """
 
 from __future__ import annotations
 
+import io
 import os
 from typing import IO
 
 from vllm_doctor.data import Report
 from vllm_doctor.matching.expr import fmt
-from vllm_doctor.render.report import capacity_line, describe_input, gpu_lines, headline, model_line, work_rows
+from vllm_doctor.render.summary import capacity_line, describe_input, gpu_lines, headline, model_line, where, work_rows
 
 _STYLE = {"blocker": "bold white on red", "warning": "bold black on yellow", "info": "bold white on blue"}
 _STATUS = {"failed": "bold red", "degraded": "bold yellow", "healthy": "bold green", "unknown": "bold"}
 
 
-def render(report: Report, file: IO[str] | None = None) -> None:
+def render(report: Report, redact: bool = True) -> str:
+    """The text as a string, without colour (for -o FILE and pipes)."""
+    buf = io.StringIO()
+    show(report, file=buf)
+    return buf.getvalue()
+
+
+def show(report: Report, file: IO[str] | None = None) -> None:
+    """Print the report to a terminal (or `file`), in colour where the terminal takes it."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -36,8 +46,7 @@ def render(report: Report, file: IO[str] | None = None) -> None:
         if d.evidence:
             print_("  [bold]Evidence[/]")
             for e in d.evidence:
-                where = f"{report.paths[e.source]}:{e.line}" if len(report.paths) > 1 else str(e.line)
-                print_(f"    [cyan]{where:>6}[/]  {escape(e.text)}")
+                print_(f"    [cyan]{where(e, report):>6}[/]  {escape(e.text)}")
             for e in d.context:
                 print_(f"    [dim]{e.line:>6}  {escape(e.text)}  (wrapper; the cause is above)[/]")
         if d.numbers:

@@ -726,7 +726,7 @@ def finish(w: Wrapper) -> None:
     if not o.ready:
         o.bad_reasons.append("the server never became ready")
     if report is not None and report.status == "failed":
-        from vllm_doctor.render.report import headline
+        from vllm_doctor.render.summary import headline
 
         o.bad_reasons.append(f"a fatal error in the output ({headline(report)})")
     elif report is None and o.fatal_lines:
@@ -742,7 +742,7 @@ def finish(w: Wrapper) -> None:
     if o.report_dir is None:
         return
     if report is not None and report.status in ("failed", "degraded"):
-        from vllm_doctor.render.report import headline
+        from vllm_doctor.render.summary import headline
 
         what = headline(report)
     elif report is not None:
@@ -839,7 +839,7 @@ def serve_section(w: Wrapper, diag_error: str | None) -> dict[str, Any]:
 def json_text(w: Wrapper, report, diag_error: str | None, red) -> str:
     import json
 
-    from vllm_doctor.render.report import SCHEMA, to_dict
+    from vllm_doctor.render.json import SCHEMA, to_dict
 
     if report is not None:
         data = to_dict(report)
@@ -859,7 +859,7 @@ def json_text(w: Wrapper, report, diag_error: str | None, red) -> str:
 
 
 def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
-    from vllm_doctor.render.report import to_markdown
+    from vllm_doctor.render.markdown import render as to_markdown
 
     o = w.outcome
     out = []
@@ -888,7 +888,7 @@ def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
             f"- **Outlived vLLM:** pid {s['pid']} `{s['command']}` ({'killed' if s['killed'] else 'could not be killed'})"
         )
     out.append(f"- **Command:** `{' '.join(w.argv)}`")
-    from vllm_doctor.render.report import gpu_lines
+    from vllm_doctor.render.summary import gpu_lines
 
     out += ["- **GPU at exit:**"] + [f"  - {line}" for line in gpu_lines(w.gpu) or ["not taken"]]
     out += ["", "Files: `server.log` (the output), `env.txt` (versions, GPU, environment), `report.json`.", ""]
@@ -913,7 +913,7 @@ def env_text(w: Wrapper, version: str | None) -> str:
         f"platform: {platform.platform()} ({platform.machine()})",
         f"python (vllm-doctor): {platform.python_version()}",
     ]
-    from vllm_doctor.render.report import gpu_lines
+    from vllm_doctor.render.summary import gpu_lines
 
     lines += [f"GPU: {line}" for line in gpu_lines(w.gpu) or ["not taken"]]
     lines += ["", "environment:"]

@@ -1,0 +1,54 @@
+"""The report as data: the JSON contract vllm-doctor/report/1 (documented in the README)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from vllm_doctor.data import Diagnosis, Evidence, Report
+
+SCHEMA = "vllm-doctor/report/1"
+
+
+def _evidence(e: Evidence, report: Report) -> dict[str, Any]:
+    out: dict[str, Any] = {"line": e.line, "text": e.text}
+    if len(report.paths) > 1:
+        out["path"] = report.paths[e.source]
+    return out
+
+
+def _diagnosis(d: Diagnosis, report: Report) -> dict[str, Any]:
+    return {
+        "rule": d.rule,
+        "category": d.category,
+        "severity": d.severity,
+        "confidence": d.confidence,
+        "title": d.title,
+        "summary": d.summary,
+        "evidence": [_evidence(e, report) for e in d.evidence],
+        "context": [_evidence(e, report) for e in d.context],
+        "numbers": d.numbers,
+        "fixes": [
+            {"rank": f.rank, "action": f.action, "flag": f.flag, "value": f.value, "why": f.why} for f in d.fixes
+        ],
+    }
+
+
+def to_dict(report: Report) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "input": {"paths": report.paths, "lines": report.lines, "warnings": report.warnings},
+        "status": report.status,
+        "diagnoses": [_diagnosis(d, report) for d in report.diagnoses],
+        "facts": report.facts,
+    }
+
+
+def render(report: Report, redact: bool = True) -> str:
+    """The JSON contract; secrets (tokens, API keys, passwords) masked unless redact=False."""
+    data = to_dict(report)
+    if redact:
+        from vllm_doctor.render.redact import Redactor
+
+        data = Redactor().obj(data)
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"

@@ -1,0 +1,64 @@
+"""The report as a Markdown ticket: what failed, the fixes in order, the numbers, the evidence."""
+
+from __future__ import annotations
+
+from vllm_doctor.data import Report
+from vllm_doctor.matching.expr import fmt
+from vllm_doctor.render.summary import capacity_line, describe_input, gpu_lines, headline, model_line, where, work_rows
+
+
+def render(report: Report, redact: bool = True) -> str:
+    """The ticket text; secrets masked unless redact=False (line for line, so nothing moves)."""
+    out = [f"## vllm-doctor: {headline(report)}", "", f"**Input:** {describe_input(report)}", ""]
+    for w in report.warnings:
+        out += [f"> Note: {w}", ""]
+    cap = capacity_line(report)
+    if not report.diagnoses:
+        out += ["No failure found in this log." if report.status == "healthy" else "No vLLM output recognised.", ""]
+    for d in report.diagnoses:
+        out += [f"### {d.severity.capitalize()}: {d.title}", ""]
+        out += [f"`{d.category}` · rule `{d.rule}` · {d.confidence} confidence", "", d.summary, ""]
+        if d.fixes:
+            out.append("**Fixes, in order**")
+            out.append("")
+            for f in d.fixes:
+                out.append(f"{f.rank}. **{f.action}** — {f.why}")
+            out.append("")
+        if d.numbers:
+            out += ["| number | value |", "|---|---|"]
+            out += [f"| {k} | {fmt(v)} |" for k, v in d.numbers.items()]
+            out.append("")
+        lines = [f"{where(e, report, prefix='line ')}: {e.text}" for e in d.evidence]
+        lines += [
+            f"{where(e, report, prefix='line ')}: {e.text}   (wrapper error; the cause is above)" for e in d.context
+        ]
+        if lines:
+            out += [f"<details><summary>Evidence ({len(lines)} lines)</summary>", "", "```"]
+            out += lines
+            out += ["```", "", "</details>", ""]
+    if cap:
+        out += [f"**Capacity:** {cap}", ""]
+    out += _markdown_work(report)
+    text = "\n".join(out)
+    if redact:
+        from vllm_doctor.render.redact import redact as mask
+
+        text = mask(text)
+    return text
+
+
+def _markdown_work(report: Report) -> list[str]:
+    out: list[str] = []
+    line = model_line(report)
+    if line:
+        out += [f"**{line}**", ""]
+    rows = work_rows(report)
+    if rows:
+        out += ["| step | work | value |", "|---|---|---|"]
+        out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+        out.append("")
+        explanation = (report.facts.get("capacity") or {}).get("explanation")
+        if explanation:
+            out += [f"Predicted vs logged: {explanation}", ""]
+    out += [f"> {g}" for g in gpu_lines(report.facts.get("gpu"))]
+    return out + [""] if out and out[-1] != "" else out
