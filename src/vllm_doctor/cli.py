@@ -7,7 +7,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -15,7 +14,7 @@ from typer.core import TyperGroup
 class _Group(TyperGroup):
     """Bad input (a DoctorError from any stage) is one line on stderr and exit status 2."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # click.Context: vendored by typer 0.28, a dependency before
         from vllm_doctor.errors import DoctorError
 
         try:

@@ -17,7 +17,7 @@ import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from vllm_doctor.data import Line
 from vllm_doctor.errors import DoctorError
@@ -92,10 +92,11 @@ class _Source:
             head = stream.read(2)
         except OSError as e:
             raise ReadError(f"{name}: read failed ({e.strerror or e})") from None
+        self.stream: Any = stream  # a binary file, stdin's buffer, or a GzipFile: all have readinto
         if head == b"\x1f\x8b":
-            stream = gzip.GzipFile(fileobj=_Prepend(head, stream))  # type: ignore[assignment]
+            self.stream = gzip.GzipFile(fileobj=_Prepend(head, stream))
             head = b""
-        self.stream, self.head = stream, head
+        self.head = head
 
     def fill(self, view: memoryview) -> int:
         """Read until the view is full or the input ends; returns the bytes read (0 at the end)."""
@@ -367,6 +368,7 @@ class _ContextLine(Line):
 
     def _parse(self) -> None:
         data, self._pending = self._pending, None
+        assert data is not None  # only called while a parse is pending
         self.raw, self.text, self.process, self.level = _clean(data)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 SMALL = 256 << 10  # buffers up to this size are scanned with bytes.find, one anchor at a time
 
@@ -29,9 +30,10 @@ class Prefilter:
     def __init__(self, anchors: Iterable[str]):
         self.anchors = list(dict.fromkeys(anchors))
         self._encoded = [a.encode("utf-8") for a in self.anchors]
-        self._hs = None
-        self._aho = None
-        self._re = None
+        self._hs: Any = None
+        self._aho: Any = None
+        self._re: re.Pattern[bytes] | None = None
+        self._ids: dict[bytes, int] = {}
         self._built = False
         self.exact = True  # bytes.find, until a large buffer builds the engine
         self.engine = "find" if self._encoded else "none"
@@ -43,7 +45,7 @@ class Prefilter:
         try:
             import hyperscan
         except ImportError:
-            hyperscan = None
+            hyperscan = None  # type: ignore[assignment]
         if hyperscan is not None:
             self._hs = _hyperscan_db(hyperscan, self.anchors)
             self.engine = "hyperscan"
@@ -87,6 +89,7 @@ class Prefilter:
             self._hs.scan(buf, match_event_handler=on_match)
             hits.sort()
             return hits
+        assert self._re is not None  # built above: no hyperscan, no pyahocorasick
         return [(m.end(), self._ids[bytes(m.group())]) for m in self._re.finditer(buf)]
 
     def _find_each(self, buf: bytes | bytearray) -> list[tuple[int, int]]:
