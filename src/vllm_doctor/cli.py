@@ -378,6 +378,7 @@ def plan(
     sequences that fit, valid TP sizes and a ready `vllm serve` line. Exit 1 when it does not fit."""
     from vllm_doctor.capacity import plan as planner
     from vllm_doctor.capacity.gpu import skipped, snapshot
+    from vllm_doctor.render import plan as plan_render
 
     request = planner.PlanRequest(
         models=list(models or []), configs=list(config), params=params, layers=layers, heads=heads,
@@ -391,7 +392,7 @@ def plan(
         result = planner.make_plan(request, gpu)
     except planner.PlanError as e:
         fail(str(e))
-    render = {Format.text: planner.to_text, Format.markdown: planner.to_markdown, Format.json: planner.to_json}
+    render = {Format.text: plan_render.text, Format.markdown: plan_render.markdown, Format.json: plan_render.json}
     text = render[format](result)
     if not gpu.available and format is Format.text:
         text += f"{gpu.skipped_line}\n"
