@@ -34,7 +34,7 @@ ROPE_NOT_MULTIPLIED = ("su", "longrope", "llama3", "default", "mrope")  # max_po
 YARN_TYPES = ("yarn", "deepseek_yarn", "deepseek_llama_scaling")
 
 # transformers fills absent fields from its config class; a sparse text_config (LLaVA, Gemma 3)
-# relies on these, so vLLM sees them. Only the fields this module reads.
+# relies on these, so vLLM sees them. Only the fields shape.py and params.py read.
 TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {
         "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
