@@ -383,18 +383,7 @@ def plan(
     )  # fmt: skip
     gpu = skipped("--no-gpu") if no_gpu else snapshot()
     result = planner.make_plan(request, gpu)
-    render = {Format.text: planner.to_text, Format.markdown: planner.to_markdown, Format.json: planner.to_json}
-    text = render[format](result)
-    if not gpu.available and format is Format.text:
-        text += f"{gpu.skipped_line}\n"
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as e:
-            fail(f"{output}: cannot write ({e.strerror or e})")
-        typer.echo(f"vllm-doctor: plan {'fits' if result.fits else 'does not fit'}; written to {output}", err=True)
+    _emit(result, format, output, done=f"plan {'fits' if result.fits else 'does not fit'};")
     raise typer.Exit(0 if result.fits else 1)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import FIXTURES, LAB
 from vllm_doctor.capacity import arithmetic as cap
-from vllm_doctor.capacity.modelcfg import shape_from_config
+from vllm_doctor.capacity.shape import shape_from_config
 from vllm_doctor.knowledge.checks import Options
 from vllm_doctor.render.json import to_dict
 from vllm_doctor.render.markdown import render as to_markdown
@@ -229,3 +229,8 @@ def test_sliding_window_sequences_hold_only_the_window():
     gemma3 = shape("gemma-3-27b")  # 52 window layers, 10 full
     per = 507_904 // 62
     assert cap.sequence_bytes(gemma3, 2, 1, 32768, 16) == per * (10 * 32768 + 52 * (1024 + 16))
+
+
+def test_lists_of_sizes_say_none_when_empty():
+    assert cap.fmt_list([1, 2, 4]) == "1, 2, 4"
+    assert cap.fmt_list([]) == "none"

@@ -1,6 +1,9 @@
-"""capacity/ owns the numbers behind a fit: the model's config.json and shape (modelcfg, through
-huggingface_hub), parameter counts, the KV-cache arithmetic (arithmetic: pure functions, the same
-for explain, plan and serve), this machine's GPUs (gpu: the one NVML adapter), and `plan`.
+"""The capacity stage: what a model needs from a GPU, and what fits.
 
-May import data, errors and versions; never read, matching, knowledge, render, serve or cli.
+capacity/ owns the model's config and shape (modelcfg.load, the entry point, over hub.py finding
+config.json, shape.py normalising it into a ModelShape, params.py counting parameters), the pure KV
+cache and weight arithmetic (arithmetic.py), the one NVML adapter and its GpuSnapshot (gpu.py), and
+the `vllm-doctor plan` computation (plan.py; its renderers live in render/plan.py). It may import
+only vllm_doctor.data, vllm_doctor.errors and vllm_doctor.versions beside itself, never read/,
+matching/, knowledge/, render/, serve/ or cli: those stages call capacity/, not the other way round.
 """

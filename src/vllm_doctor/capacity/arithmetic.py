@@ -15,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from vllm_doctor.capacity.modelcfg import DTYPE_BYTES, ModelShape
+from vllm_doctor.capacity.shape import DTYPE_BYTES, ModelShape
 
 GB = 10**9
 GIB = 2**30
@@ -72,6 +72,11 @@ def fmt_int(n: float | int) -> str:
     return f"{int(n):,}"
 
 
+def fmt_list(values: list[int]) -> str:
+    """'1, 2, 4', or 'none' for an empty list."""
+    return ", ".join(map(str, values)) if values else "none"
+
+
 def fmt_params(n: float) -> str:
     return f"{n / 1e9:,.2f}B" if n >= 1e9 else f"{n / 1e6:,.1f}M"
 
@@ -98,8 +103,9 @@ def kv_element_bytes(kv_cache_dtype: str | None, model_dtype: str | None) -> tup
     """(bytes per KV element, the dtype it is): --kv-cache-dtype auto means the model's dtype, and
     vLLM serves a float32 checkpoint in 16 bits unless told otherwise."""
     kv = str(kv_cache_dtype or "auto").lower()
-    if kv != "auto" and dtype_bytes(kv):
-        return float(dtype_bytes(kv)), kv
+    kv_bytes = dtype_bytes(kv)
+    if kv != "auto" and kv_bytes:
+        return float(kv_bytes), kv
     dtype = str(model_dtype or "bfloat16").lower().removeprefix("torch.")
     if dtype in ("float32", "float"):
         dtype = "bfloat16"

@@ -55,11 +55,6 @@ class GpuSnapshot:
     def skipped_line(self) -> str | None:
         return None if self.available else f"GPU checks skipped: {self.reason}"
 
-    def smallest_total_bytes(self, count: int | None = None) -> int | None:
-        """The smallest card among the first `count` (vLLM's most loaded GPU decides)."""
-        devices = self.devices[:count] if count else self.devices
-        return min(d.total_mib for d in devices) * MIB if devices else None
-
 
 class NvmlAdapter(Protocol):
     """What snapshot() needs from NVML. Memory in bytes, as NVML reports it."""

@@ -1,23 +1,21 @@
 """`vllm-doctor plan`: the capacity arithmetic before a server starts, from a model's config.json
 (or its shape given by hand) and the GPU's memory, shown step by step with a ready `vllm serve` line.
 
-Build a Plan with make_plan(PlanRequest); render it with to_text / to_markdown / to_json.
+Build a Plan with make_plan(PlanRequest); render/plan.py renders it (text, markdown, json).
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
 
 from vllm_doctor.capacity import arithmetic as cap
-from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_size
+from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_list, fmt_size
 from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
-from vllm_doctor.capacity.modelcfg import QUANT_DEFAULT_BITS, ConfigError, ModelShape, weights_bytes_from_dtypes
+from vllm_doctor.capacity.params import weights_bytes_from_dtypes
+from vllm_doctor.capacity.shape import QUANT_DEFAULT_BITS, ConfigError, ModelShape
 from vllm_doctor.errors import DoctorError
 
-SCHEMA = "vllm-doctor/plan/1"
 DEFAULT_TP_LIMIT = 8  # TP sizes listed when the GPU count is unknown
 
 
@@ -163,18 +161,20 @@ def _shapes(req: PlanRequest) -> list[tuple[str, ModelShape]]:
             shape, _ = modelcfg.load(None, config_file=path, offline=req.offline)
         except ConfigError as e:
             raise PlanError(str(e)) from None
+        assert shape is not None  # an explicit --config either loads or raises ConfigError
         out.append((path, shape))
     if not out:
-        given = (("--layers", req.layers), ("--kv-heads", req.kv_heads), ("--head-dim", req.head_dim))
-        missing = [flag for flag, value in given if value is None]
-        if missing:
+        layers, kv_heads, head_dim = req.layers, req.kv_heads, req.head_dim
+        if layers is None or kv_heads is None or head_dim is None:
+            given = (("--layers", layers), ("--kv-heads", kv_heads), ("--head-dim", head_dim))
+            missing = [flag for flag, value in given if value is None]
             raise PlanError(
                 "give a MODEL (repo id or directory), --config FILE, or the shape by hand: "
                 + ", ".join(missing)
                 + " missing"
             )
-        shape = ModelShape(layers=req.layers, attention_heads=req.heads or 0, kv_heads=req.kv_heads,
-                           head_dim=req.head_dim, name=None, source="given on the command line")  # fmt: skip
+        shape = ModelShape(layers=layers, attention_heads=req.heads or 0, kv_heads=kv_heads,
+                           head_dim=head_dim, name=None, source="given on the command line")  # fmt: skip
         out.append(("<model>", shape))
     elif by_hand:
         for _, shape in out:  # a flag given by hand overrides the config
@@ -236,7 +236,9 @@ def _weights(req: PlanRequest, shape: ModelShape, dtype: str) -> tuple[float, st
         bits = shape.quant_bits
     per_param, how = cap.weight_bytes_per_param(dtype, bits)
     source = "" if shape.params_source == "given" else f" ({shape.params_source})"
-    return shape.params * per_param, f"{fmt_int(shape.params)} params{source} x {per_param:g} B ({how})"
+    params = shape.params
+    assert params, "_shapes refuses a model without a parameter count"
+    return params * per_param, f"{fmt_int(params)} params{source} x {per_param:g} B ({how})"
 
 
 def _model_plan(
@@ -269,7 +271,7 @@ def _model_plan(
             f"(use --max-model-len {budget.longest_sequence}, --kv-cache-dtype fp8, or a larger TP)"
         )
     if req.tp not in valid and (shape.attention_heads or shape.kv_heads):
-        mp.problems.append(f"--tensor-parallel-size {req.tp} does not divide the heads; valid sizes: {_list(valid)}")
+        mp.problems.append(f"--tensor-parallel-size {req.tp} does not divide the heads; valid sizes: {fmt_list(valid)}")
     if shape.derived_max_model_len and length and length > shape.derived_max_model_len:
         mp.problems.append(
             f"--max-model-len {fmt_int(length)} is above the model's maximum {fmt_int(shape.derived_max_model_len)} "
@@ -277,7 +279,7 @@ def _model_plan(
         )
     if shape.sliding_layers:
         mp.notes.append(
-            f"{shape.sliding_layers} of {shape.layers} layers use a {fmt_int(shape.sliding_window)}-token sliding window: "
+            f"{shape.sliding_layers} of {shape.layers} layers use a {fmt_int(shape.sliding_window or 0)}-token sliding window: "
             "V1 keeps only the window for them, so more sequences fit than the worst case says"
         )
     mp.notes.extend(shape.notes)
@@ -313,14 +315,14 @@ def _steps(mp: ModelPlan, weights_work: str, unit: str) -> list[Step]:
                 f"5 sequences at {fmt_int(mp.max_model_len)}",
                 f"{fmt_int(b.tokens)} / {fmt_int(mp.max_model_len)} ({mp.max_model_len_from}), "
                 "every sequence at full length",
-                fmt_int(mp.sequences),
+                fmt_int(mp.sequences or 0),
             )
         )
     if mp.max_model_len and shape.sliding_layers:
         per_seq = cap.sequence_bytes(shape, mp.element_bytes, b.tp, mp.max_model_len, b.block_size)
         steps.append(
             Step(
-                f"5b with the {fmt_int(shape.sliding_window)}-token window",
+                f"5b with the {fmt_int(shape.sliding_window or 0)}-token window",
                 f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(per_seq)} B per sequence "
                 f"({shape.sliding_layers} of {shape.layers} layers keep only the window; approximate)",
                 fmt_int(max(0, int(b.cache_bytes // per_seq))),
@@ -339,7 +341,7 @@ def _steps(mp: ModelPlan, weights_work: str, unit: str) -> list[Step]:
             Step(
                 f"max-model-len for {mp.target_concurrency} sequences",
                 f"{fmt_int(b.tokens)} / {mp.target_concurrency}, down to whole blocks of {b.block_size}",
-                fmt_int(target),
+                fmt_int(target or 0),
             )
         )
     return steps
@@ -411,143 +413,3 @@ def _block_examples(req: PlanRequest, mp: ModelPlan | None) -> list[Step]:
             out.append(Step(f"{req.samples} samples of that prompt", f"{req.samples} x {blocks} unshared, {blocks} shared",
                             f"{unshared} blocks unshared vs {shared} shared"))  # fmt: skip
     return out
-
-
-def _list(values: list[int]) -> str:
-    return ", ".join(map(str, values)) if values else "none"
-
-
-# ---------------------------------------------------------------------------------------------
-# Rendering
-
-
-def to_dict(plan: Plan) -> dict[str, Any]:
-    return {
-        "schema": SCHEMA,
-        "fits": plan.fits,
-        "gpu": {
-            "memory_bytes": plan.gpu_bytes,
-            "unit": plan.gpu_unit,
-            "source": plan.gpu_source,
-            "count": plan.gpus,
-            "snapshot": plan.snapshot.to_json() if plan.snapshot else None,
-        },
-        "gpu_memory_utilization": plan.utilization,
-        "block_size": plan.block_size,
-        "models": [_model_dict(m) for m in plan.models],
-        "split": None
-        if plan.split is None
-        else [{"model": m.name, "gpu_memory_utilization": f} for m, f in zip(plan.models, plan.split, strict=False)],
-        "blocks": [vars(s) for s in plan.block_examples],
-        "notes": plan.notes,
-    }
-
-
-def _model_dict(m: ModelPlan) -> dict[str, Any]:
-    b = m.budget
-    return {
-        "name": m.name,
-        "model": m.shape.to_json(cap.kv_bytes_per_token(m.shape, m.element_bytes, 1)),
-        "dtype": m.dtype,
-        "kv_cache_dtype": m.kv_dtype,
-        "tensor_parallel_size": b.tp,
-        "gpu_memory_utilization": m.utilization,
-        "weights_bytes": b.weights_bytes,
-        "weights_per_gpu_bytes": b.weights_per_gpu,
-        "overhead_bytes": b.overhead_bytes,
-        "cache_bytes": b.cache_bytes,
-        "kv_bytes_per_token": b.bytes_per_token,
-        "tokens": b.tokens,
-        "blocks": b.blocks,
-        "longest_max_model_len": b.longest_sequence,
-        "max_model_len": m.max_model_len,
-        "worst_case_sequences": m.sequences,
-        "target_concurrency": m.target_concurrency,
-        "max_model_len_for_target": m.max_model_len_for_target,
-        "valid_tp_sizes": m.valid_tp_sizes,
-        "serve_command": m.serve_command,
-        "fits": m.fits,
-        "problems": m.problems,
-        "notes": m.notes,
-        "steps": [vars(s) for s in m.steps],
-    }
-
-
-def to_json(plan: Plan) -> str:
-    return json.dumps(to_dict(plan), indent=2) + "\n"
-
-
-def _table(
-    rows: list[tuple[str, str, str]], header: tuple[str, str, str] | None = ("step", "work", "value")
-) -> list[str]:
-    """Rows of (name, work, value) as aligned text: name, value (right-aligned), then the work."""
-    rows = ([header] if header else []) + rows
-    w0 = max(len(r[0]) for r in rows)
-    w2 = max(len(r[2]) for r in rows)
-    return [f"  {a:<{w0}}  {c:>{w2}}   {b}".rstrip() for a, b, c in rows]
-
-
-def _gpu_line(plan: Plan) -> str:
-    gib, gb = plan.gpu_bytes / cap.GIB, plan.gpu_bytes / cap.GB
-    count = f"{plan.gpus} x " if plan.gpus > 1 else ""
-    return f"GPU: {count}{gb:,.1f} GB = {gib:,.1f} GiB ({plan.gpu_source}); GB = 10^9 bytes, GiB = 2^30 bytes"
-
-
-def to_text(plan: Plan) -> str:
-    out = [f"vllm-doctor plan: {'fits' if plan.fits else 'does not fit'}", _gpu_line(plan)]
-    for m in plan.models:
-        out += ["", _model_title(m)]
-        out += _table([(s.name, s.work, s.value) for s in m.steps])
-        out.append(f"  valid --tensor-parallel-size: {_list(m.valid_tp_sizes)}")
-        out += [f"  problem: {p}" for p in m.problems]
-        out += [f"  note: {n}" for n in m.notes]
-        out += ["  serve:", f"    {m.serve_command}"]
-    if plan.split:
-        out += ["", "Several models on one card:"]
-        out += _table([(m.name, f"{fmt_int(m.budget.tokens)} tokens, {fmt_size(m.budget.cache_bytes, plan.gpu_unit)} cache",
-                        f"{f:.2f}") for m, f in zip(plan.models, plan.split, strict=False)], ("model", "gets", "fraction"))  # fmt: skip
-    if plan.block_examples:
-        out += ["", f"Blocks (block size {plan.block_size}):"]
-        out += _table([(s.name, s.work, s.value) for s in plan.block_examples], ("example", "work", "blocks"))
-    out += [""] + [f"note: {n}" for n in plan.notes]
-    return "\n".join(out).rstrip() + "\n"
-
-
-def _model_title(m: ModelPlan) -> str:
-    s = m.shape
-    bits = [f"{s.layers} layers", f"{s.kv_heads} KV heads" + (f" of {s.attention_heads}" if s.attention_heads else "")]
-    bits.append(f"head dim {s.head_dim}" + (" (MLA)" if s.use_mla else ""))
-    bits.append(f"{cap.fmt_params(s.params)} params ({s.params_source})")
-    title = f"Model {m.name}: " + ", ".join(bits)
-    if s.source and s.source != "given on the command line":
-        title += f"; config: {s.source}"
-    return title
-
-
-def to_markdown(plan: Plan) -> str:
-    out = [f"## vllm-doctor plan: {'fits' if plan.fits else 'does not fit'}", "", _gpu_line(plan), ""]
-    for m in plan.models:
-        out += [f"### {_model_title(m)}", "", "| step | work | value |", "|---|---|---|"]
-        out += [f"| {s.name} | {s.work} | {s.value} |" for s in m.steps]
-        out += ["", f"Valid `--tensor-parallel-size`: {_list(m.valid_tp_sizes)}", ""]
-        out += [f"- **Problem:** {p}" for p in m.problems]
-        out += [f"- Note: {n}" for n in m.notes]
-        out += ["", "```sh", m.serve_command, "```", ""]
-    if plan.split:
-        out += [
-            "### Several models on one card",
-            "",
-            "| model | --gpu-memory-utilization | KV tokens |",
-            "|---|---|---|",
-        ]
-        out += [
-            f"| {m.name} | {f:.2f} | {fmt_int(m.budget.tokens)} |"
-            for m, f in zip(plan.models, plan.split, strict=False)
-        ]
-        out.append("")
-    if plan.block_examples:
-        out += [f"### Blocks (block size {plan.block_size})", "", "| example | work | blocks |", "|---|---|---|"]
-        out += [f"| {s.name} | {s.work} | {s.value} |" for s in plan.block_examples]
-        out.append("")
-    out += [f"> Note: {n}" for n in plan.notes]
-    return "\n".join(out).rstrip() + "\n"

@@ -1,8 +1,9 @@
 """render/ owns the output formats: one RENDERERS map of format -> render(doc, redact) -> str,
 used by every command (explain, watch, explain --metrics, plan, serve's incident report).
 
-text (rich), markdown (the ticket), json (the contract vllm-doctor/report/1 and plan/1); the
-lines they share are in summary.py, secret masking in redact.py. May import data, errors,
+text (rich), markdown (the ticket), json (the contract vllm-doctor/report/1); plan.py renders a
+Plan in the same three (plan/1); the lines reports share are in summary.py, secret masking in
+redact.py. May import data, errors,
 matching.expr (number formatting) and capacity (for plans); nothing imports render but the
 pipeline's callers (cli, serve). A new format is one module with a `render` function and one
 entry here.
@@ -11,28 +12,35 @@ entry here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 if TYPE_CHECKING:
+    from vllm_doctor.capacity.plan import Plan
     from vllm_doctor.data import Report
 
 
-def _text(doc: Report, redact: bool = True) -> str:
-    from vllm_doctor.render import text
+def _text(doc: Report | Plan, redact: bool = True) -> str:
+    from vllm_doctor.render import plan, text
 
-    return text.render(doc, redact)
-
-
-def _markdown(doc: Report, redact: bool = True) -> str:
-    from vllm_doctor.render import markdown
-
-    return markdown.render(doc, redact)
+    return text.render(doc, redact) if _is_report(doc) else plan.text(doc)
 
 
-def _json(doc: Report, redact: bool = True) -> str:
-    from vllm_doctor.render import json
+def _markdown(doc: Report | Plan, redact: bool = True) -> str:
+    from vllm_doctor.render import markdown, plan
 
-    return json.render(doc, redact)
+    return markdown.render(doc, redact) if _is_report(doc) else plan.markdown(doc)
+
+
+def _json(doc: Report | Plan, redact: bool = True) -> str:
+    from vllm_doctor.render import json, plan
+
+    return json.render(doc, redact) if _is_report(doc) else plan.json(doc)
+
+
+def _is_report(doc: Report | Plan) -> TypeGuard[Report]:
+    from vllm_doctor.data import Report
+
+    return isinstance(doc, Report)
 
 
 # modules load on first use: the CLI's cold start stays free of rich unless text is asked for
@@ -40,5 +48,6 @@ RENDERERS: dict[str, Callable[[Any, bool], str]] = {"text": _text, "markdown": _
 FORMATS = tuple(RENDERERS)
 
 
-def render(doc: Report, fmt: str, redact: bool = True) -> str:
+def render(doc: Report | Plan, fmt: str, redact: bool = True) -> str:
+    """`doc` in format `fmt`: a Report (explain, watch, serve) or a Plan; plans hold no secrets."""
     return RENDERERS[fmt](doc, redact)

@@ -1,0 +1,24 @@
+"""render/plan.py: the Plan that capacity/plan.py computes, as text, Markdown and JSON (schema vllm-doctor/plan/1)."""
+
+from __future__ import annotations
+
+import json
+
+from vllm_doctor.capacity.plan import PlanRequest, make_plan
+from vllm_doctor.render import plan as render
+
+SEED = PlanRequest(params="7B", layers=32, kv_heads=8, head_dim=128, dtype="bfloat16", gpu_memory="80GB",
+                   max_model_len=8192)  # fmt: skip
+
+
+def test_three_renderings_of_one_plan():
+    plan = make_plan(SEED)
+    data = json.loads(render.json(plan))
+    assert data == json.loads(json.dumps(render.to_dict(plan)))
+    assert data["schema"] == "vllm-doctor/plan/1" and data["fits"] is True
+    assert data["models"][0]["kv_bytes_per_token"] == 131_072
+    text = render.text(plan)
+    assert text.startswith("vllm-doctor plan: fits\nGPU: 80.0 GB = 74.5 GiB") and text.endswith("\n")
+    assert "valid --tensor-parallel-size: 1, 2, 4, 8" in text
+    md = render.markdown(plan)
+    assert md.startswith("## vllm-doctor plan: fits") and "| 1 weights |" in md
