@@ -17,19 +17,23 @@ MODULES = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py"
 
 
 def _map_entries() -> set[str]:
-    """The module paths named in CONTRIBUTING.md's folder map (the ```text block under 'The map')."""
+    """The module paths in CONTRIBUTING.md's folder map (the ```text block under 'The map'):
+    `src/vllm_doctor/` first, its modules and folders two spaces in, a folder's modules four."""
     text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
     block = text.split("## The map", 1)[1].split("```text", 1)[1].split("```", 1)[0]
     entries, folder = set(), ""
     for line in block.splitlines():
-        m = re.match(r"^(\s*)([\w/]+?\.py|[\w]+/)\s", line + " ")
+        m = re.match(r"^( +)(\w+/|\w+\.py)(?:\s|$)", line)
         if not m:
             continue
-        name = m.group(2)
+        depth, name = len(m.group(1)) // 2, m.group(2)
         if name.endswith("/"):
-            folder = name if not m.group(1) else folder
-            continue
-        entries.add((folder + name) if m.group(1) else name)
+            folder = name
+        elif depth == 1:
+            folder = ""
+            entries.add(name)
+        else:
+            entries.add(folder + name)
     return entries
 
 
