@@ -7,6 +7,7 @@ window: only candidate lines become Python objects), so it never slows the pass-
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -90,6 +91,12 @@ class Watcher(threading.Thread):
         self.q.close()
 
     def run(self) -> None:
+        try:
+            # the lowest CPU priority for this thread (Linux schedules threads on their own):
+            # on a busy machine the pump and vLLM go first, the watch takes what is left
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (OSError, AttributeError):
+            pass
         try:
             self._run()
         except Exception as e:  # a bug here must not touch the server

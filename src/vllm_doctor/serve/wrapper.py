@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -123,19 +124,24 @@ class Wrapper:
                     timeout = max(0.0, min(timeout, sig.deadline - time.monotonic()))
                 if pump.open:
                     pump.step(timeout)
+                elif exited_at is None:
+                    try:  # the pipes are closed: wait for the main process itself
+                        proc.wait(timeout)
+                    except subprocess.TimeoutExpired:
+                        pass
                 else:
                     time.sleep(timeout)
                 sig.account(self._exited)
                 self._flush_notes()
                 now = time.monotonic()
                 if exited_at is None:
-                    if proc.poll() is not None:
-                        exited_at = now
-                        self._at_exit()
-                    elif sig.deadline is not None and now >= sig.deadline:
-                        sig.deadline = None
-                        sig.kill(f"the {self.opts.grace:g} s grace period")
-                    continue
+                    if proc.poll() is None:
+                        if sig.deadline is not None and now >= sig.deadline:
+                            sig.deadline = None
+                            sig.kill(f"the {self.opts.grace:g} s grace period")
+                        continue
+                    exited_at = now
+                    self._at_exit()
                 if not pump.open and (reaped_at is not None or not process.group_members(proc.pid)):
                     break  # every writer of the pipes is gone
                 if reaped_at is None and now - exited_at >= self.opts.reap_wait:
