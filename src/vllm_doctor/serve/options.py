@@ -1,0 +1,58 @@
+"""What `vllm-doctor serve` is told (ServeOptions) and what it found out (Outcome)."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TAG = "[vllm-doctor]"
+
+
+@dataclass
+class ServeOptions:
+    vllm_args: list[str]  # MODEL and the `vllm serve` arguments
+    vllm_bin: str | None = None  # default: `vllm` on PATH
+    report_dir: Path | None = None  # default: REPORTS_ROOT/<timestamp>
+    always_report: bool = False
+    log_file: Path | None = None  # keep the raw capture here (default: a temporary file)
+    grace: float = 30.0  # seconds after the first forwarded signal before SIGKILL
+    reap_wait: float = 15.0  # seconds vLLM's other processes get to exit after the main one
+    watch: bool = True
+    watch_samples: int = 3  # consecutive stats samples waiting with a near-full KV cache
+    redact: bool = True
+    rules_dirs: list[Path] = field(default_factory=list)
+    stdout_fd: int = 1
+    stderr_fd: int = 2
+
+
+@dataclass
+class Outcome:
+    status: int  # the wrapper's exit status: the child's, 128 + N for a death by signal N
+    returncode: int | None = None  # as Popen reports it (negative for a signal)
+    signal: str | None = None
+    ready: bool = False
+    signals_forwarded: list[str] = field(default_factory=list)
+    escalated: bool = False  # the wrapper sent SIGKILL after the grace period
+    hung: bool = False  # vLLM printed "Waiting for connections to close"
+    fatal_lines: list[str] = field(default_factory=list)
+    survivors: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what vllm-doctor told the operator
+    internal_errors: list[str] = field(default_factory=list)
+    bad_reasons: list[str] = field(default_factory=list)
+    report_dir: Path | None = None
+    started: float = 0.0
+    ended: float = 0.0
+
+
+def exit_status(returncode: int) -> int:
+    """As a shell reports it: 128 + N for a death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
