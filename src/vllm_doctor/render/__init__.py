@@ -12,35 +12,30 @@ entry here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
+
+from vllm_doctor.data import Report  # dataclasses only: cheap
 
 if TYPE_CHECKING:
     from vllm_doctor.capacity.plan import Plan
-    from vllm_doctor.data import Report
 
 
 def _text(doc: Report | Plan, redact: bool = True) -> str:
     from vllm_doctor.render import plan, text
 
-    return text.render(doc, redact) if _is_report(doc) else plan.text(doc)
+    return text.render(doc, redact) if isinstance(doc, Report) else plan.text(doc)
 
 
 def _markdown(doc: Report | Plan, redact: bool = True) -> str:
     from vllm_doctor.render import markdown, plan
 
-    return markdown.render(doc, redact) if _is_report(doc) else plan.markdown(doc)
+    return markdown.render(doc, redact) if isinstance(doc, Report) else plan.markdown(doc)
 
 
 def _json(doc: Report | Plan, redact: bool = True) -> str:
     from vllm_doctor.render import json, plan
 
-    return json.render(doc, redact) if _is_report(doc) else plan.json(doc)
-
-
-def _is_report(doc: Report | Plan) -> TypeGuard[Report]:
-    from vllm_doctor.data import Report
-
-    return isinstance(doc, Report)
+    return json.render(doc, redact) if isinstance(doc, Report) else plan.json(doc)
 
 
 # modules load on first use: the CLI's cold start stays free of rich unless text is asked for
