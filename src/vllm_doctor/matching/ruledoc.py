@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vllm_doctor.data import Rule
-from vllm_doctor.matching.loader import RuleError, compile_regex, load_file, rule_files
+from vllm_doctor.matching.loader import check_file, compile_regex, rule_files
 
 
 def document(rule: Rule) -> str:
@@ -79,13 +79,31 @@ def problems_in(rule: Rule) -> list[str]:
                     f"(over {PROBE_BUDGET} s) on a {PROBE_SIZE // 1024} KiB line of {what}; bound its "
                     "repeats ({0,200} instead of * or +) or anchor them"
                 )
-        if p.example is None:
-            continue
-        if not compile_regex(p.regex).search(p.example, timeout=1.0):
-            out.append(f"{rule.path}: key 'patterns[{i}].example': the pattern does not match its own example")
-        elif p.unless and compile_regex(p.unless).search(p.example, timeout=1.0):
-            out.append(f"{rule.path}: key 'patterns[{i}].unless': voids the pattern's own example")
+        if p.example is not None:
+            if not compile_regex(p.regex).search(p.example, timeout=1.0):
+                out.append(f"{rule.path}: key 'patterns[{i}].example': the pattern does not match its own example")
+            elif p.unless and compile_regex(p.unless).search(p.example, timeout=1.0):
+                out.append(f"{rule.path}: key 'patterns[{i}].unless': voids the pattern's own example")
+        for k, text in enumerate(p.counter_examples):
+            hit = _matching_pattern(rule, text)
+            if hit is not None:
+                which = "this pattern" if hit == i else f"patterns[{hit}]"
+                out.append(f"{rule.path}: key 'patterns[{i}].counter_example[{k}]': {which} matches it (it must not)")
     return out
+
+
+def _matching_pattern(rule: Rule, text: str) -> int | None:
+    """The first of the rule's patterns that matches a text as the engine would (not voided by
+    its `unless`), or None."""
+    for j, p in enumerate(rule.patterns):
+        try:
+            if compile_regex(p.regex).search(text, timeout=1.0) and not (
+                p.unless and compile_regex(p.unless).search(text, timeout=1.0)
+            ):
+                return j
+        except TimeoutError:
+            return j  # a counter-example that makes a pattern time out is no near miss to keep
+    return None
 
 
 def check_dir(directory: Path) -> tuple[list[str], int]:
@@ -96,10 +114,9 @@ def check_dir(directory: Path) -> tuple[list[str], int]:
     seen: dict[str, str] = {}
     files = rule_files(directory)
     for path in files:
-        try:
-            rule = load_file(path)
-        except RuleError as e:
-            problems.append(str(e))
+        rule, found = check_file(path)
+        problems += [str(e) for e in found]
+        if rule is None:
             continue
         if rule.id in seen:
             problems.append(f"{path}: key 'id': {rule.id!r} is also defined in {seen[rule.id]}")
