@@ -144,7 +144,8 @@ class _Problems:
     """Every problem of one rule file, collected so that `rules check` can list them all."""
 
     def __init__(self, path: Path):
-        self.path, self.items = path, []  # type: list[RuleError]
+        self.path = path
+        self.items: list[RuleError] = []
 
     def add(self, key: str | None, message: str) -> None:
         self.items.append(RuleError(self.path, key, message))
