@@ -5,8 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from vllm_doctor.knowledge import contract
 from vllm_doctor.matching.loader import load as load_rules
 from vllm_doctor.pipeline import explain
+
+contract.STRICT = True  # a check that reads or returns an undeclared name fails the test that ran it
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"

@@ -38,15 +38,24 @@ class Pattern:
     level: str | None = None  # only lines logged at this level
     unless: str | None = None  # the match is void when this regex matches the same text
     example: str | None = None  # a real line the regex must match (checked by `rules check`)
+    counter_examples: list[str] = field(default_factory=list)  # near misses the rule must not match
 
 
 @dataclass
 class Fix:
+    """One fix. In a rule file action, why and value may be lists of fallbacks, the most specific
+    first (like a summary): the first variant is action/why/value here, the rest `fallbacks`.
+    The fix shows the first variant whose names are all known."""
+
     action: str
     why: str
     flag: str | None = None
     value: str | None = None
     when: str | None = None
+    fallbacks: list[tuple[str, str, str | None]] = field(default_factory=list)  # (action, why, value)
+
+    def variants(self) -> list[tuple[str, str, str | None]]:
+        return [(self.action, self.why, self.value), *self.fallbacks]
 
 
 @dataclass

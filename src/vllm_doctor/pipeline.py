@@ -80,7 +80,7 @@ def build(
     options, model_note = with_model_and_gpu(facts, options or Options())
     diagnoses = diagnose(rules, matches, facts, options)
     report_facts = facts.to_json()
-    budget = concurrency_budget(CheckInput(facts.flat(), facts, None, options))
+    budget = concurrency_budget(CheckInput(facts.flat(), facts, None, options)).values
     if budget:
         report_facts["concurrency"] = budget
     report_facts.update(model_facts(facts, options, model_note))

@@ -433,15 +433,24 @@ def test_a_rule_cannot_run_code(tmp_path, monkeypatch, key, value):
 
 
 def test_templates_only_read_values_by_name(tmp_path):
-    text = SAMPLE_RULE.replace(
-        'summary = ["It happened: {n}."]',
-        'summary = ["{n.__class__.__init__.__globals__}", "{__builtins__}", "{n.real}", "Plain: {n}."]',
-    )
-    result = _explain_with(tmp_path, _rules_dir(tmp_path, text))
-    report = json.loads(result.stdout)
+    hostile = ["{n.__class__.__init__.__globals__}", "{__builtins__}", "{n.real}", "Plain: {n}."]
+    text = SAMPLE_RULE.replace('summary = ["It happened: {n}."]', f"summary = {json.dumps(hostile)}")
+    # names that no group, fact or check gives are refused when a --rules file loads ...
+    refused = _explain_with(tmp_path, _rules_dir(tmp_path, text))
+    assert refused.exit_code == 2 and "is not a named group, a fact or a return" in refused.output
+    # ... and a rule that got past loading still only reads values by name
+    from vllm_doctor.matching.loader import load
+    from vllm_doctor.pipeline import explain
+    from vllm_doctor.render.json import to_dict
+
+    [rule] = load([_rules_dir(tmp_path, SAMPLE_RULE)], builtin=False)
+    rule.summary = hostile
+    log = tmp_path / "x.log"
+    log.write_text("it happened 3\n")
+    report = to_dict(explain([str(log)], [rule]))
     [d] = [d for d in report["diagnoses"] if d["rule"] == "my-rule"]
     assert d["summary"] == "Plain: 3."
-    assert "class" not in result.stdout and "globals" not in result.stdout
+    assert "class" not in json.dumps(report) and "globals" not in json.dumps(report)
 
 
 def test_a_rule_cannot_read_files(tmp_path):

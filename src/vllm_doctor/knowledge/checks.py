@@ -2,24 +2,28 @@
 
 Each check reads the values known so far (facts, the rule's matched groups, earlier checks) and
 returns new named values; rules use them in `when` conditions, summaries and fixes. One explicit
-registry, no discovery.
+registry (CHECKS), no discovery. Every check declares the names it reads and the names it may
+return (`@check(reads=..., returns=...)`): `rules check` holds a rule's templates and conditions
+against those returns, and `rules show` lists them. A check returns a CheckResult: its values,
+plus evidence it contributes and a lowered confidence as typed fields, never as magic keys.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vllm_doctor.data import Evidence, Match
-from vllm_doctor.knowledge.facts import KV_NEAR_FULL_PCT, Facts
+from vllm_doctor.data import Evidence
+from vllm_doctor.knowledge.contract import Check, CheckInput, CheckResult, Options, check
+from vllm_doctor.knowledge.facts import CACHE_PHASES, KV_NEAR_FULL_PCT, WEIGHT_PHASES
 from vllm_doctor.versions import version_tuple
 
-if TYPE_CHECKING:  # the model and GPU modules load only when a model or GPU is involved
-    from vllm_doctor.capacity.gpu import GpuSnapshot
+if TYPE_CHECKING:  # the model module loads only when a model is involved
     from vllm_doctor.capacity.modelcfg import ModelShape
+
+__all__ = ["CHECKS", "Check", "CheckInput", "CheckResult", "Options"]  # the contract types, for callers
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's block size on CUDA when the log does not say
 SAFE_UTILIZATION = 0.95  # above this, a startup failure is traded for a mid-traffic OOM
@@ -28,43 +32,14 @@ MAX_TP_LISTED = 8  # tensor-parallel sizes listed when the GPU count is unknown
 # the CPU attention backend's block size: the lab's 0.32 recordings hold 1 GiB / 131,072 B = 64 blocks
 # of 128 tokens, and the startup check's null block is 128 tokens (8,192 -> 8,064)
 CPU_BLOCK_SIZE = 128
-# startup phases (set by fact rules) after which a CUDA OOM is about the cache, not the weights
-CACHE_PHASES = {"weights_loaded", "profiling", "kv_cache_alloc", "graph_capture", "sampler_warmup"}
-WEIGHT_PHASES = {"weights_loading"}
 COMMON_SEQ_CAPS = {128, 256, 512, 1024}  # --max-num-seqs defaults across versions and GPUs
 
 
-@dataclass
-class Options:
-    target_concurrency: int | None = None
-    target_len: int | None = None
-    model: str | None = None  # --model ID|PATH: the model whose config.json to read (else the log's)
-    config: str | None = None  # --config FILE: this config.json
-    offline: bool = False  # --offline: never touch the network
-    lookup_model: bool = False  # look up the log's model (the CLI turns this on; library callers opt in)
-    gpu: bool = False  # take an NVML snapshot of this machine (the CLI does, unless --no-gpu)
-    # resolved by explain() before the checks run; None when unknown or skipped
-    shape: ModelShape | None = None
-    gpu_snapshot: GpuSnapshot | None = None
-
-
-@dataclass
-class CheckInput:
-    values: dict[str, Any]
-    facts: Facts
-    match: Match | None
-    options: Options = field(default_factory=Options)
-
-    def get(self, *names: str) -> Any:
-        """The first of several names that is known (a matched group or a fact)."""
-        for name in names:
-            value = self.values.get(name)
-            if value is not None:
-                return value
-        return None
-
-
-Check = Callable[[CheckInput], dict[str, Any]]
+# the names the shared helpers read, for the declarations of the checks that call them
+_BLOCK_READS = {"block_size", "kv_cache.block_size", "vllm_version", "device"}
+_V1_READS = {"engine", "vllm_version"}
+_MODEL_KV_READS = {"kv_cache_dtype", "dtype", "tp", "tensor_parallel_size"}
+_GPU_NOW = {"gpu_used_by_others_gib", "gpu_free_utilization", "gpu_processes", "lower_utilization"}
 
 
 def block_size(inp: CheckInput) -> tuple[int, bool]:
@@ -98,25 +73,37 @@ def model_kv(inp: CheckInput) -> tuple[ModelShape, float, str, int, int] | None:
     return shape, element, dtype, tp, cap.kv_bytes_per_token(shape, element, tp)
 
 
-def _from_model(inp: CheckInput) -> dict[str, Any]:
-    """What the model's config adds to kv_fit: bytes per token, the cache one max-length sequence
-    needs, the longest length the available memory holds, and the smallest TP size that fits."""
+@dataclass
+class _ModelFit:
+    """What the model's config adds to kv_fit: `values` for the rule; `needed_gib` (the cache one
+    max-length sequence needs) and `fit` (the longest length the available memory holds) are
+    used only when the log does not say them."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    needed_gib: float | None = None
+    fit: int | None = None
+
+
+def _from_model(inp: CheckInput) -> _ModelFit:
+    """Bytes per token, the cache one max-length sequence needs, the longest length the available
+    memory holds, and the smallest TP size that fits."""
     known = model_kv(inp)
+    out = _ModelFit()
     if known is None:
-        return {}
+        return out
     from vllm_doctor.capacity import arithmetic as cap
 
     shape, element, _dtype, tp, bpt = known
     bsize, _ = block_size(inp)
-    out: dict[str, Any] = {"kv_bytes_per_token": bpt}
+    out.values["kv_bytes_per_token"] = bpt
     length = inp.get("max_model_len")
     available = inp.get("available_gib", "kv_cache.available_gib")
-    if length:  # private: kv_fit uses it only when the log does not say what one sequence needs
-        out["_model_needed_gib"] = round(cap.cdiv(int(length), bsize) * bsize * bpt / cap.GIB, 2)
+    if length:
+        out.needed_gib = round(cap.cdiv(int(length), bsize) * bsize * bpt / cap.GIB, 2)
     if available is None:
         return out
     room = float(available) * cap.GIB
-    out["_model_fit"] = cap.largest_max_model_len(cap.blocks_that_fit(room, bpt, bsize), bsize, is_v1(inp))
+    out.fit = cap.largest_max_model_len(cap.blocks_that_fit(room, bpt, bsize), bsize, is_v1(inp))
     if length:
         weights = inp.get("memory.weights_gib", "weights_gib")
         if weights is not None:
@@ -129,7 +116,7 @@ def _from_model(inp: CheckInput) -> dict[str, Any]:
         sizes = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, _tp_limit(inp, tp))
         fit_tp = cap.smallest_tp_that_fits(shape, element, int(length), bsize, room, weights_per_gpu, tp, sizes)
         if fit_tp:
-            out["fit_tp_size"] = fit_tp
+            out.values["fit_tp_size"] = fit_tp
     return out
 
 
@@ -161,9 +148,20 @@ def _gpu_now(inp: CheckInput) -> dict[str, Any]:
     return out
 
 
-def kv_fit(inp: CheckInput) -> dict[str, Any]:
+@check(
+    reads=_BLOCK_READS | _V1_READS | _MODEL_KV_READS
+    | {"max_model_len", "available_gib", "kv_cache.available_gib", "memory.weights_gib", "weights_gib",
+       "estimated_max_len", "kv_cache.estimated_max_model_len", "kv_tokens", "gpu_blocks", "kv_cache.gpu_blocks",
+       "kv_cache.tokens", "needed_gib", "gpu_memory_utilization", "memory.total_gib"},
+    returns=_GPU_NOW
+    | {"kv_bytes_per_token", "fit_tp_size", "fit_from", "block_size", "block_size_assumed", "fit_max_model_len",
+       "needed_gib", "missing_gib", "fp8_kv_fits", "utilization_needed", "utilization_needed_unsafe",
+       "can_raise_utilization", "raised_utilization"},
+)  # fmt: skip
+def kv_fit(inp: CheckInput) -> CheckResult:
     """The largest --max-model-len the cache holds, and whether other levers would reach it."""
-    out: dict[str, Any] = _from_model(inp)
+    model = _from_model(inp)
+    out: dict[str, Any] = model.values
     out.update(_gpu_now(inp))
     fit = inp.get("estimated_max_len", "kv_cache.estimated_max_model_len")  # vLLM's own search
     if fit is None:
@@ -178,8 +176,8 @@ def kv_fit(inp: CheckInput) -> dict[str, Any]:
             if blocks is not None:
                 usable = int(blocks) - 1 if is_v1(inp) else int(blocks)  # V1 holds back one null block
                 fit = max(0, usable) * bsize
-        if fit is None and out.get("_model_fit") is not None:
-            fit = out["_model_fit"]  # the log gave memory, not tokens: the config's bytes per token
+        if fit is None and model.fit is not None:
+            fit = model.fit  # the log gave memory, not tokens: the config's bytes per token
             out["fit_from"] = "model config"
         needed, available, length = inp.get("needed_gib"), inp.get("available_gib"), inp.get("max_model_len")
         if fit is None and needed and available is not None and length:
@@ -193,8 +191,8 @@ def kv_fit(inp: CheckInput) -> dict[str, Any]:
     if fit is not None:
         out["fit_max_model_len"] = int(fit)
     needed, available = inp.get("needed_gib"), inp.get("available_gib", "kv_cache.available_gib")
-    if needed is None and out.get("_model_needed_gib") is not None:
-        needed = out["needed_gib"] = out["_model_needed_gib"]
+    if needed is None and model.needed_gib is not None:
+        needed = out["needed_gib"] = model.needed_gib
     util = inp.get("gpu_memory_utilization")
     total = inp.get("memory.total_gib")
     if needed is not None and available is not None:
@@ -209,12 +207,14 @@ def kv_fit(inp: CheckInput) -> dict[str, Any]:
     if util is not None:
         out["can_raise_utilization"] = float(util) < RAISE_UTILIZATION_BELOW
         out["raised_utilization"] = RAISE_UTILIZATION_BELOW
-    out.pop("_model_fit", None)
-    out.pop("_model_needed_gib", None)
-    return out
+    return CheckResult(out)
 
 
-def tp_sizes(inp: CheckInput) -> dict[str, Any]:
+@check(
+    reads={"heads", "num_attention_heads", "kv_heads", "num_kv_heads", "dimension", "tp", "tensor_parallel_size"},
+    returns={"num_attention_heads", "num_kv_heads", "gpus_present", "valid_tp_sizes", "tp_below", "tp_above"},
+)
+def tp_sizes(inp: CheckInput) -> CheckResult:
     """Tensor-parallel sizes that divide what the model splits, by vLLM's rules."""
     heads = inp.get("heads", "num_attention_heads")
     kv_heads = inp.get("kv_heads", "num_kv_heads")
@@ -232,7 +232,7 @@ def tp_sizes(inp: CheckInput) -> dict[str, Any]:
     if snap is not None and snap.available:
         out["gpus_present"] = len(snap.devices)
     if heads is None and kv_heads is None and dimension is None:
-        return out
+        return CheckResult(out)
 
     from vllm_doctor.capacity.arithmetic import tp_ok
 
@@ -250,10 +250,19 @@ def tp_sizes(inp: CheckInput) -> dict[str, Any]:
             out["tp_below"] = below[-1]
         if above:
             out["tp_above"] = above[0]
-    return out
+    return CheckResult(out)
 
 
-def context_limit(inp: CheckInput) -> dict[str, Any]:
+# what rope_advice() adds to context_limit
+_ROPE = {"model_max_position_embeddings", "rope_scaling_type", "rope_scaling_factor", "rope_override_reasonable",
+         "rope_note", "rope_factor_needed", "rope_hf_overrides"}  # fmt: skip
+
+
+@check(
+    reads={"derived_max_model_len", "max_len_key", "requested_max_model_len", "max_model_len"},
+    returns=_ROPE | {"derived_max_model_len", "max_len_key", "suggested_max_model_len", "over_by"},
+)
+def context_limit(inp: CheckInput) -> CheckResult:
     """The model's derived maximum, as the --max-model-len to use, and whether rope scaling makes
     going past it reasonable."""
     derived = inp.get("derived_max_model_len")
@@ -264,7 +273,7 @@ def context_limit(inp: CheckInput) -> dict[str, Any]:
         if inp.get("max_len_key") is None:
             out["max_len_key"] = shape.max_len_key
     if derived is None:
-        return out
+        return CheckResult(out)
     out["suggested_max_model_len"] = int(float(derived))
     requested = inp.get("requested_max_model_len", "max_model_len")
     if requested is not None:
@@ -273,7 +282,7 @@ def context_limit(inp: CheckInput) -> dict[str, Any]:
         out.update(
             rope_advice(shape, int(requested) if requested is not None else None, out["suggested_max_model_len"])
         )
-    return out
+    return CheckResult(out)
 
 
 # model types whose positions are rotary even when config.json names no rope key
@@ -320,7 +329,8 @@ def rope_advice(shape: ModelShape, requested: int | None, derived: int) -> dict[
     return out
 
 
-def request_limit(inp: CheckInput) -> dict[str, Any]:
+@check(reads={"limit", "max_model_len", "prompt_tokens", "total_tokens"}, returns={"over_by", "max_tokens_allowed"})
+def request_limit(inp: CheckInput) -> CheckResult:
     """How far a rejected request was over the server's limit."""
     limit = inp.get("limit", "max_model_len")
     prompt = inp.get("prompt_tokens")
@@ -330,10 +340,15 @@ def request_limit(inp: CheckInput) -> dict[str, Any]:
         out["over_by"] = int(total if total is not None else prompt) - int(limit)
         if prompt is not None and int(prompt) < int(limit):
             out["max_tokens_allowed"] = int(limit) - int(prompt)
-    return out
+    return CheckResult(out)
 
 
-def queue_kind(inp: CheckInput) -> dict[str, Any]:
+@check(
+    reads={"scheduling_policy", "max_num_seqs", "enable_lora"},  # and the stats series (facts.stats)
+    returns={"stats_samples", "waiting_max", "waiting_samples", "kv_usage_max_pct", "waiting_kv_max_pct",
+             "kv_near_full_pct", "preemptions", "full_run_max", "running_while_waiting_max", "queue_kind"},
+)  # fmt: skip
+def queue_kind(inp: CheckInput) -> CheckResult:
     """Why requests wait: a full KV cache, the sequence cap, a stall, or deferred (LoRA/transfer)."""
     s = inp.facts.stats
     out: dict[str, Any] = {
@@ -348,7 +363,8 @@ def queue_kind(inp: CheckInput) -> dict[str, Any]:
     }
     if s.waiting_running_max is not None:
         out["running_while_waiting_max"] = s.waiting_running_max
-    out["_evidence"] = [Evidence(line, text, source) for line, source, text in s.evidence[:4]]
+    evidence = [Evidence(line, text, source) for line, source, text in s.evidence[:4]]
+    confidence = None
     preempted = bool(s.preemptions)
     policy = str(inp.get("scheduling_policy") or "")
     if s.waiting_full or (preempted and policy != "priority"):
@@ -367,51 +383,61 @@ def queue_kind(inp: CheckInput) -> dict[str, Any]:
             out["queue_kind"] = "sequence-cap"  # a steady count at a default --max-num-seqs
         elif s.waiting_running_min == s.waiting_running_max:
             out["queue_kind"] = "sequence-cap"
-            out["confidence"] = "medium"
+            confidence = "medium"
         else:
             out["queue_kind"] = "batch-limit"
-            out["confidence"] = "medium"
-    return out
+            confidence = "medium"
+    return CheckResult(out, evidence, confidence)
 
 
-def oom_phase(inp: CheckInput) -> dict[str, Any]:
+@check(reads=set(), returns={"oom_phase", "oom_phase_name"})  # reads the startup phases (facts.phases)
+def oom_phase(inp: CheckInput) -> CheckResult:
     """Whether an out-of-memory error came while loading weights or after (profiling, cache, graphs)."""
     match = inp.match
     if match is None:
-        return {}
+        return CheckResult()
     phase = None
     where = match.evidence[0].source if match.evidence else 0
     for line, source, name, _process in inp.facts.phases:
         if source == where and line <= match.first_line:
             phase = name  # the latest phase that began before the error
     if phase in WEIGHT_PHASES:
-        return {"oom_phase": "weights", "oom_phase_name": phase}
+        return CheckResult({"oom_phase": "weights", "oom_phase_name": phase})
     if phase in CACHE_PHASES:
-        return {"oom_phase": "cache", "oom_phase_name": phase}
-    return {"oom_phase": "unknown", "confidence": "low"}
+        return CheckResult({"oom_phase": "cache", "oom_phase_name": phase})
+    return CheckResult({"oom_phase": "unknown"}, confidence="low")
 
 
-def gpu_headroom(inp: CheckInput) -> dict[str, Any]:
+@check(reads={"free_gib", "total_gib"}, returns={"held_by_others_gib", "suggested_utilization"})
+def gpu_headroom(inp: CheckInput) -> CheckResult:
     """The --gpu-memory-utilization that fits in what is actually free."""
     free, total = inp.get("free_gib"), inp.get("total_gib")
     if free is None or not total:
-        return {}
+        return CheckResult()
     fraction = math.floor((float(free) / float(total) - 0.02) * 100) / 100
-    return {
-        "held_by_others_gib": round(float(total) - float(free), 2),
-        "suggested_utilization": max(0.05, fraction),
-    }
+    return CheckResult(
+        {"held_by_others_gib": round(float(total) - float(free), 2), "suggested_utilization": max(0.05, fraction)}
+    )
 
 
-def shutdown(inp: CheckInput) -> dict[str, Any]:
+@check(reads=set(), returns={"during_shutdown", "shutdown_completed"})  # reads the phases (facts.phases)
+def shutdown(inp: CheckInput) -> CheckResult:
     """Whether the matched line came during a shutdown, and whether the shutdown finished."""
     at = inp.match.first_line if inp.match else 0
     started = any(name == "shutdown_started" and line < at for line, _s, name, _p in inp.facts.phases)
     done = any(name == "shutdown_complete" and line > at for line, _s, name, _p in inp.facts.phases)
-    return {"during_shutdown": started, "shutdown_completed": done}
+    return CheckResult({"during_shutdown": started, "shutdown_completed": done})
 
 
-def concurrency_budget(inp: CheckInput) -> dict[str, Any]:
+@check(
+    reads=_BLOCK_READS
+    | {"kv_cache.tokens", "kv_cache.gpu_blocks", "max_model_len", "kv_cache.concurrency_tokens",
+       "kv_cache.max_concurrency"},
+    returns={"tokens_from_blocks", "block_size_assumed", "kv_tokens", "max_model_len", "worst_case_sequences",
+             "target_concurrency", "target_len", "target_tokens", "can_hold_target", "missing_tokens",
+             "target_max_model_len"},
+)  # fmt: skip
+def concurrency_budget(inp: CheckInput) -> CheckResult:
     """KV tokens, the worst-case sequences at max-model-len, and a target the operator names."""
     bsize, known = block_size(inp)
     tokens = inp.get("kv_cache.tokens")
@@ -419,7 +445,7 @@ def concurrency_budget(inp: CheckInput) -> dict[str, Any]:
     if tokens is None:
         blocks = inp.get("kv_cache.gpu_blocks")
         if blocks is None:
-            return out
+            return CheckResult(out)
         tokens = int(blocks) * bsize
         out["tokens_from_blocks"] = True
         if not known:
@@ -446,17 +472,21 @@ def concurrency_budget(inp: CheckInput) -> dict[str, Any]:
                 missing_tokens=max(0, need - int(tokens)),
                 target_max_model_len=(int(tokens) // int(target)) // bsize * bsize,
             )
-    return out
+    return CheckResult(out)
 
 
+# the one registry: a rule's `checks = [...]` names these
 CHECKS: dict[str, Check] = {
-    "kv_fit": kv_fit,
-    "tp_sizes": tp_sizes,
-    "context_limit": context_limit,
-    "request_limit": request_limit,
-    "queue_kind": queue_kind,
-    "oom_phase": oom_phase,
-    "gpu_headroom": gpu_headroom,
-    "shutdown": shutdown,
-    "concurrency_budget": concurrency_budget,
+    c.name: c
+    for c in (
+        kv_fit,
+        tp_sizes,
+        context_limit,
+        request_limit,
+        queue_kind,
+        oom_phase,
+        gpu_headroom,
+        shutdown,
+        concurrency_budget,
+    )
 }

@@ -151,11 +151,11 @@ def _explain(inp: CheckInput, out: CrossCheck, shape, tp: int, measured: bool) -
         return "no KV cache memory to predict from"
     null = ""
     if is_v1(inp):
-        null = f" One block is the null block, so one sequence can use at most {fmt_int(out.longest_sequence)} tokens."
+        null = f" One block is the null block, so one sequence can use at most {fmt_int(out.longest_sequence or 0)} tokens."
     if abs(diff) <= cap.AGREEMENT_PCT:
         return (
-            f"agrees within {cap.AGREEMENT_PCT:.0f}%: {out.kv_memory_gib:,.2f} GiB at {fmt_int(out.kv_bytes_per_token)} B "
-            f"per token holds {fmt_int(out.predicted_tokens)} tokens; vLLM logged {fmt_int(out.logged_tokens)}.{null}"
+            f"agrees within {cap.AGREEMENT_PCT:.0f}%: {out.kv_memory_gib:,.2f} GiB at {fmt_int(out.kv_bytes_per_token or 0)} B "
+            f"per token holds {fmt_int(out.predicted_tokens or 0)} tokens; vLLM logged {fmt_int(out.logged_tokens or 0)}.{null}"
         )
     reasons = []
     if shape.sliding_layers:
@@ -171,7 +171,7 @@ def _explain(inp: CheckInput, out: CrossCheck, shape, tp: int, measured: bool) -
         held = float(inp.get("memory.total_gib")) - float(inp.get("memory.free_gib"))
         if held > 0.5:
             reasons.append(f"other processes held {held:.1f} GiB of the GPU at startup")
-    ratio = out.logged_tokens / out.predicted_tokens if out.predicted_tokens else 0
+    ratio = (out.logged_tokens or 0) / out.predicted_tokens if out.predicted_tokens else 0
     if 1.8 < ratio < 2.2 and not str(inp.get("kv_cache_dtype") or "").startswith("fp8"):
         reasons.append("about twice the prediction: an fp8 KV cache the log does not state?")
     if not reasons:

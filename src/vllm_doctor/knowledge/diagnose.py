@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_doctor.data import SEVERITIES, Diagnosis, FixOut, Match, Rule
-from vllm_doctor.knowledge.checks import CHECKS, CheckInput, Options
+from vllm_doctor.data import SEVERITIES, Diagnosis, Fix, FixOut, Match, Rule
+from vllm_doctor.knowledge.checks import CHECKS, CheckInput, CheckResult, Options
 from vllm_doctor.knowledge.facts import Facts
 from vllm_doctor.matching import expr
 
@@ -40,13 +40,12 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
         try:
             result = CHECKS[name](CheckInput(values, facts, match, options))
         except (ArithmeticError, ValueError, TypeError):  # numbers a damaged log made absurd
-            result = {}
-        evidence = evidence or result.pop("_evidence", [])
-        result.pop("_evidence", None)
-        if "confidence" in result:
-            confidence = _lower(confidence, result.pop("confidence"))
-        computed.update(result)
-        values.update(result)
+            result = CheckResult()
+        evidence = evidence or result.evidence
+        if result.confidence:
+            confidence = _lower(confidence, result.confidence)
+        computed.update(result.values)
+        values.update(result.values)
     if rule.when and not expr.Condition(rule.when)(values):
         return None
     summary = next((s for s in (expr.render(t, values) for t in rule.summary) if s is not None), rule.title)
@@ -55,12 +54,11 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
     for fix in rule.fixes:
         if fix.when and not expr.Condition(fix.when)(values):
             continue
-        action = expr.render(fix.action, values)
-        why = expr.render(fix.why, values)
-        value = expr.render(fix.value, values) if fix.value else None
-        if action is None or why is None or (fix.value and value is None):
-            continue  # a fix whose numbers are unknown gives way to its generic sibling
-        used |= expr.template_names(fix.action) | expr.template_names(fix.why)
+        rendered = render_fix(fix, values)
+        if rendered is None:
+            continue  # no variant of the fix has all its numbers known
+        (action, why, value), names = rendered
+        used |= names
         fixes.append(FixOut(rank=len(fixes) + 1, action=action, flag=fix.flag, value=value, why=why))
     for t in rule.summary:
         if expr.render(t, values) is not None:
@@ -85,6 +83,18 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
         wrapper=rule.wrapper,
         first_line=match.first_line if match else (evidence[0].line if evidence else 0),
     )
+
+
+def render_fix(fix: Fix, values: dict[str, Any]) -> tuple[tuple[str, str, str | None], set[str]] | None:
+    """The first variant of a fix whose names are all known, rendered, and the names its action
+    and why used; None when every variant names an unknown number."""
+    for action_t, why_t, value_t in fix.variants():
+        action, why = expr.render(action_t, values), expr.render(why_t, values)
+        value = expr.render(value_t, values) if value_t else None
+        if action is None or why is None or (value_t and value is None):
+            continue
+        return (action, why, value), expr.template_names(action_t) | expr.template_names(why_t)
+    return None
 
 
 def _lower(a: str, b: str) -> str:

@@ -10,10 +10,17 @@ from __future__ import annotations
 import ast
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 KV_NEAR_FULL_PCT = 80.0  # KV usage at or above this, with requests waiting, is a full cache
+
+# the startup and shutdown phases a fact rule may mark (`phase = "..."`), in the order they come;
+# the checks read them (oom_phase: weights or cache; shutdown)
+WEIGHT_PHASES = frozenset({"weights_loading"})
+CACHE_PHASES = frozenset({"weights_loaded", "profiling", "kv_cache_alloc", "graph_capture"})  # an OOM here: the cache
+SHUTDOWN_PHASES = frozenset({"shutdown_started", "shutdown_complete"})
+PHASES = WEIGHT_PHASES | CACHE_PHASES | SHUTDOWN_PHASES
 
 # name -> type; dotted names nest in the JSON report ("kv_cache.tokens" -> facts.kv_cache.tokens)
 FACTS: dict[str, type] = {
@@ -251,6 +258,20 @@ class StatsSeries:
             "kv_usage_max_pct": self.kv_usage_max_pct,
             "preemptions": self.preemptions,
         }
+
+
+# the names with a dynamic part that Facts.flat() gives: a prefix and the declared names after it
+STATS_PREFIX = "stats."
+
+
+def stats_names() -> frozenset[str]:
+    """`stats.<aggregate>`: every StatsSeries field that is a number (flat() leaves out lists)."""
+    return frozenset(STATS_PREFIX + f.name for f in fields(StatsSeries) if not str(f.type).startswith("list"))
+
+
+def fact_names() -> frozenset[str]:
+    """Every name Facts.flat() can hold: the facts, and the stats series' aggregates."""
+    return frozenset(FACTS) | stats_names()
 
 
 def _max(a, b):

@@ -4,7 +4,8 @@ lines, wrapped or split ones too (engine), and the documentation `rules show` pr
 
 The engine knows nothing about vLLM: vLLM's wording lives in rules/*.toml. A new rule is a TOML
 file there plus a fixture (rules/README.md). May import data, errors, cache, read/ (Line, the
-prefilter), and knowledge.facts (the store matches fill, and the fact names rules are checked
-against); never knowledge's checks or diagnose, capacity, render, serve or cli. Named `matching`,
+prefilter), knowledge.facts (the store matches fill, the fact names and phases) and the checks'
+declarations in knowledge.checks (what a rule's names are checked against, on load only); never
+knowledge.diagnose, capacity, render, serve or cli. Named `matching`,
 not `rules`, because the wheel ships the rule data as vllm_doctor/rules.
 """

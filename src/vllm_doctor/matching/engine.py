@@ -132,11 +132,11 @@ class Engine:
 
 def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) -> None:
     if rule.series:
-        sample = {}  # typed per field: a mangled line's "99.x%" or 5000-digit count is no value
+        sample: dict[str, Any] = {}  # typed per field: a mangled line's "99.x%" or 5000-digit count is no value
         for group, text in groups.items():
             name = rule.facts.get(group)
             value = convert(STATS_FIELDS[name], text) if name else None
-            if value is not None:
+            if name and value is not None:
                 sample[name] = value
         facts.stats.add(sample, line.no, line.source, line.raw.strip()[:EVIDENCE_CHARS])
     else:
@@ -164,7 +164,7 @@ def _windows(prev: Line | None, line: Line, nexts: list[Line], floor: int) -> It
                    or not _same_process(before, line)):  # fmt: skip
         before = None
     tail = before is not None and _is_tail(line, before)
-    if tail:
+    if tail and before is not None:
         yield [before, line]  # this line is the rest of the one before: join backwards first
     if after:
         yield [line, after[0]]
@@ -196,7 +196,8 @@ class _Cached:
     produced on demand (most lines match on the first try, and never join their neighbours)."""
 
     def __init__(self, it: Iterator):
-        self._it, self._seen = it, []
+        self._it: Iterator = it
+        self._seen: list = []
 
     def __iter__(self):
         yield from self._seen

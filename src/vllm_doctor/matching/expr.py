@@ -77,7 +77,7 @@ class Condition:
                 op = toks[i][1]
                 if i + 1 >= len(toks) or toks[i + 1][0] not in ("name", "value"):
                     raise ExprError(f"expected a value after {op!r} in {text!r}")
-                term = (left, op, toks[i + 1])
+                term: tuple[Any, Any, Any] = (left, op, toks[i + 1])
                 i += 2
             else:
                 term = (left, None, None)

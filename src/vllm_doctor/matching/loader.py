@@ -1,7 +1,9 @@
 """Load and validate the rule files in rules/ (and any --rules DIR).
 
 A rule is a TOML file named after its id. It is data only: nothing in it runs. Every key is
-checked on load, and a bad file gives one error naming the file and the key.
+checked on load, and a bad file gives an error naming the file and the key (RuleError: one line,
+the first problem; `.problems` holds every problem of the file, which `rules check` lists). The
+names a rule's templates and conditions use are held against the contract (contract.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from vllm_doctor.data import CONFIDENCES, SEVERITIES, Fix, Pattern, Rule
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.knowledge.facts import ARGS, FACTS, STATS_FIELDS
 from vllm_doctor.matching import expr
+from vllm_doctor.matching.contract import _close, name_problems
 
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
@@ -26,7 +29,7 @@ _RULE_KEYS = {
     "explanation", "anchors", "patterns", "facts", "series", "phase", "checks", "when", "fixes",
     "references",
 }  # fmt: skip
-_PATTERN_KEYS = {"regex", "since", "until", "source", "level", "unless", "example"}
+_PATTERN_KEYS = {"regex", "since", "until", "source", "level", "unless", "example", "counter_example"}
 _FIX_KEYS = {"action", "flag", "value", "when", "why"}
 _LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
 SERIES = {"stats": STATS_FIELDS}
@@ -36,7 +39,8 @@ class RuleError(DoctorError):
     """A rule file that cannot be used; str() is one line naming the file and the key."""
 
     def __init__(self, path: str | Path, key: str | None, message: str):
-        self.path, self.key = str(path), key
+        self.path, self.key, self.message = str(path), key, message
+        self.problems: list[RuleError] = [self]  # every problem of the file, this one first
         where = f"{path}: key '{key}'" if key else str(path)
         super().__init__(f"{where}: {message}")
 
@@ -77,6 +81,15 @@ def load_file(path: Path, *, trusted: bool = False) -> Rule:
     `rules check`) skips compiling the regexes here: the engine compiles each one on first use,
     and most never are, which keeps the cold start of `explain` short."""
     return parse(_read_toml(path), path, trusted=trusted)
+
+
+def check_file(path: Path) -> tuple[Rule | None, list[RuleError]]:
+    """One rule file as far as it can be read, and every problem loading finds in it."""
+    try:
+        data = _read_toml(path)
+    except RuleError as e:
+        return None, [e]
+    return parse_all(data, path)
 
 
 def _read_toml(path: Path) -> dict:
@@ -127,40 +140,54 @@ def _stat(path: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-def _need(data: dict, key: str, kind: type | tuple, path: Path, required: bool = True) -> Any:
-    if key not in data:
-        if required:
-            raise RuleError(path, key, "is missing")
-        return None
-    value = data[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise RuleError(path, key, f"must be a {name}")
-    return value
+class _Problems:
+    """Every problem of one rule file, collected so that `rules check` can list them all."""
 
+    def __init__(self, path: Path):
+        self.path = path
+        self.items: list[RuleError] = []
 
-def _strings(data: dict, key: str, path: Path) -> list[str]:
-    value = data.get(key, [])
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise RuleError(path, key, "must be a list of non-empty strings")
-    return value
+    def add(self, key: str | None, message: str) -> None:
+        self.items.append(RuleError(self.path, key, message))
 
+    def need(self, data: dict, key: str, kind: type, required: bool = True, prefix: str = "") -> Any:
+        """data[key] when it has the kind; None (and a problem) when it is missing or wrong."""
+        if key not in data:
+            if required:
+                self.add(prefix + key, "is missing")
+            return None
+        value = data[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            self.add(prefix + key, f"must be a {kind.__name__}")
+            return None
+        return value
 
-def _templates(text: str, key: str, path: Path) -> None:
-    bad = expr.bad_placeholders(text)
-    if bad:
-        raise RuleError(path, key, f"{bad[0]} is not a placeholder: use {{name}}, {{name:,}} or {{name:.2f}}")
+    def strings(self, data: dict, key: str, *, empty_ok: bool = False, prefix: str = "") -> list[str] | None:
+        """A string or a list of strings (non-empty ones unless `empty_ok`); None when it is neither."""
+        value = data.get(key, [])
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) and (empty_ok or v.strip()) for v in value):
+            self.add(prefix + key, "must be a string or a list of strings" + ("" if empty_ok else " (non-empty)"))
+            return None
+        return value
 
+    def unknown_keys(self, table: dict, allowed: set[str], prefix: str, what: str) -> None:
+        for k in sorted(set(table) - allowed):
+            self.add(f"{prefix}{k}", f"is not {what}" + (" (typo?)" if not prefix else ""))
 
-def _condition(text: str | None, key: str, path: Path) -> None:
-    if text is None:
-        return
-    try:
-        expr.Condition(text)
-    except expr.ExprError as e:
-        raise RuleError(path, key, f"bad condition: {e}") from None
+    def templates(self, text: str, key: str) -> None:
+        bad = expr.bad_placeholders(text)
+        if bad:
+            self.add(key, f"{bad[0]} is not a placeholder: use {{name}}, {{name:,}} or {{name:.2f}}")
+
+    def condition(self, text: str | None, key: str) -> None:
+        if text is None:
+            return
+        try:
+            expr.Condition(text)
+        except expr.ExprError as e:
+            self.add(key, f"bad condition: {e}")
 
 
 def compile_regex(text: str):
@@ -178,167 +205,230 @@ def _group_names(text: str, trusted: bool = False) -> set[str]:
     return set(compile_regex(text).groupindex)
 
 
-def _no_catastrophic_backtracking(text: str, key: str, path: Path) -> None:
+def _no_catastrophic_backtracking(text: str, key: str, out: _Problems) -> None:
     """A pattern whose structure lets a hostile line make it backtrack for minutes is refused
     (`rules check` also times each pattern on such lines: redos.py)."""
     from vllm_doctor.matching.redos import static_problems
 
     problems = static_problems(text)
     if problems:
-        raise RuleError(path, key, f"can backtrack catastrophically: {problems[0]}")
+        out.add(key, f"can backtrack catastrophically: {problems[0]}")
 
 
 def parse(data: dict, path: Path, *, trusted: bool = False) -> Rule:
-    from vllm_doctor.knowledge.checks import CHECKS
+    """One rule from its TOML data; raises RuleError (every problem in `.problems`)."""
+    rule, problems = parse_all(data, path, trusted=trusted)
+    if problems:
+        problems[0].problems = problems
+        raise problems[0]
+    return rule
 
-    unknown = set(data) - _RULE_KEYS
-    if unknown:
-        raise RuleError(path, sorted(unknown)[0], "is not a rule key (typo?)")
-    rule_id = _need(data, "id", str, path)
-    if not _ID.match(rule_id):
-        raise RuleError(path, "id", "must be kebab-case (a-z, 0-9, -)")
-    if path.suffix == ".toml" and path.stem != rule_id:
-        raise RuleError(path, "id", f"must equal the file name ({path.stem!r})")
+
+def parse_all(data: dict, path: Path, *, trusted: bool = False) -> tuple[Rule, list[RuleError]]:
+    """The rule as far as it can be read, and every problem of it (for `rules check`)."""
+    out = _Problems(path)
+    return _parse(data, path, trusted, out), out.items
+
+
+def _parse(data: dict, path: Path, trusted: bool, out: _Problems) -> Rule:
+    out.unknown_keys(data, _RULE_KEYS, "", "a rule key")
+    rule_id = out.need(data, "id", str)
+    if rule_id is not None and not _ID.match(rule_id):
+        out.add("id", "must be kebab-case (a-z, 0-9, -)")
+    elif rule_id is not None and path.suffix == ".toml" and path.stem != rule_id:
+        out.add("id", f"must equal the file name ({path.stem!r})")
     kind = data.get("kind", "diagnosis")
     if kind not in ("diagnosis", "fact"):
-        raise RuleError(path, "kind", "must be 'diagnosis' or 'fact'")
-    title = _need(data, "title", str, path)
-    explanation = _need(data, "explanation", str, path)
+        out.add("kind", "must be 'diagnosis' or 'fact'")
+    title = out.need(data, "title", str)
+    explanation = out.need(data, "explanation", str)
+    rule = Rule(id=rule_id or path.stem, kind=kind, title=title or "", explanation=(explanation or "").strip(),
+                path=str(path))  # fmt: skip
+    groups = _patterns(data, rule, trusted, out)
+    _anchors(data, rule, out)
+    _facts(data, rule, groups, out)
+    _checks(data, rule, out)
+    rule.phase = out.need(data, "phase", str, required=False)
+    rule.references = out.strings(data, "references") or []
+    if kind == "fact":
+        _fact_rule(data, rule, out)
+    else:
+        _diagnosis_rule(data, rule, out)
+        rule.fixes = _fixes(data, out)
+        if rule.severity in ("blocker", "warning") and not rule.fixes and isinstance(data.get("fixes", []), list):
+            out.add("fixes", "a blocker or warning needs at least one fix")
+    for key, message in name_problems(rule, groups):
+        out.add(key, message)
+    return rule
 
-    patterns = []
+
+def _patterns(data: dict, rule: Rule, trusted: bool, out: _Problems) -> set[str]:
+    """The rule's patterns (into rule.patterns); returns the names of their groups."""
     raw_patterns = data.get("patterns", [])
     if not isinstance(raw_patterns, list):
-        raise RuleError(path, "patterns", "must be an array of tables ([[patterns]])")
+        out.add("patterns", "must be an array of tables ([[patterns]])")
+        return set()
     groups: set[str] = set()
     for i, p in enumerate(raw_patterns):
         key = f"patterns[{i}]"
         if not isinstance(p, dict):
-            raise RuleError(path, key, "must be a table")
-        extra = set(p) - _PATTERN_KEYS
-        if extra:
-            raise RuleError(path, f"{key}.{sorted(extra)[0]}", "is not a pattern key")
-        regex_text = _need(p, "regex", str, path)
+            out.add(key, "must be a table")
+            continue
+        out.unknown_keys(p, _PATTERN_KEYS, f"{key}.", "a pattern key")
+        regex_text = out.need(p, "regex", str, prefix=f"{key}.")
+        if regex_text is None:
+            continue
         try:
-            names = _group_names(regex_text, trusted)
+            groups |= _group_names(regex_text, trusted)
         except Exception as e:  # regex.error and friends: report, never crash
-            raise RuleError(path, f"{key}.regex", f"does not compile ({e})") from None
+            out.add(f"{key}.regex", f"does not compile ({e})")
+            continue
         if not trusted:
-            _no_catastrophic_backtracking(regex_text, f"{key}.regex", path)
-        groups |= names
+            _no_catastrophic_backtracking(regex_text, f"{key}.regex", out)
         for vkey in ("since", "until"):
             v = p.get(vkey)
             if v is not None and not (isinstance(v, str) and _VERSION.match(v)):
-                raise RuleError(path, f"{key}.{vkey}", "must be a version like '0.9.1'")
+                out.add(f"{key}.{vkey}", "must be a version like '0.9.1'")
         level = p.get("level")
         if level is not None and level not in _LEVELS:
-            raise RuleError(path, f"{key}.level", f"must be one of {', '.join(sorted(_LEVELS))}")
+            out.add(f"{key}.level", f"must be one of {', '.join(sorted(_LEVELS))}")
+            level = None
         unless = p.get("unless")
         if unless is not None and not trusted:
             try:
                 compile_regex(unless)
+                _no_catastrophic_backtracking(unless, f"{key}.unless", out)
             except Exception as e:
-                raise RuleError(path, f"{key}.unless", f"does not compile ({e})") from None
-            _no_catastrophic_backtracking(unless, f"{key}.unless", path)
+                out.add(f"{key}.unless", f"does not compile ({e})")
+                unless = None
+        texts = {}
         for skey in ("source", "example"):
-            if p.get(skey) is not None and not isinstance(p[skey], str):
-                raise RuleError(path, f"{key}.{skey}", "must be a string")
-        patterns.append(
-            Pattern(regex_text, p.get("since"), p.get("until"), p.get("source"), level, unless, p.get("example"))
-        )
+            texts[skey] = p.get(skey) if isinstance(p.get(skey), str) else None
+            if p.get(skey) is not None and texts[skey] is None:
+                out.add(f"{key}.{skey}", "must be a string")
+        counters = out.strings(p, "counter_example", prefix=f"{key}.") or []
+        rule.patterns.append(Pattern(regex_text, p.get("since"), p.get("until"), texts["source"], level, unless,
+                                     texts["example"], counters))  # fmt: skip
+    return groups
 
-    anchors = _strings(data, "anchors", path)
-    if patterns and not anchors:
-        raise RuleError(path, "anchors", "is missing: a rule with patterns needs literal anchors")
-    for a in anchors:
+
+def _anchors(data: dict, rule: Rule, out: _Problems) -> None:
+    anchors = out.strings(data, "anchors")
+    rule.anchors = anchors or []
+    if rule.patterns and anchors == []:
+        out.add("anchors", "is missing: a rule with patterns needs literal anchors")
+    for a in rule.anchors:
         if len(a) < MIN_ANCHOR:
-            raise RuleError(path, "anchors", f"{a!r} is shorter than {MIN_ANCHOR} characters")
-    for i, p in enumerate(patterns):
-        if p.example is not None and not any(a in p.example for a in anchors):
-            raise RuleError(path, f"patterns[{i}].example", "holds none of the rule's anchors")
+            out.add("anchors", f"{a!r} is shorter than {MIN_ANCHOR} characters")
+    for i, p in enumerate(rule.patterns):
+        if anchors and isinstance(p.example, str) and not any(a in p.example for a in rule.anchors):
+            out.add(f"patterns[{i}].example", "holds none of the rule's anchors")
 
+
+def _facts(data: dict, rule: Rule, groups: set[str], out: _Problems) -> None:
     facts = data.get("facts", {})
     if not isinstance(facts, dict) or not all(isinstance(v, str) for v in facts.values()):
-        raise RuleError(path, "facts", "must map group names to fact names")
+        out.add("facts", "must map group names to fact names")
+        return
     series = data.get("series")
     if series is not None and series not in SERIES:
-        raise RuleError(path, "series", f"must be one of {', '.join(SERIES)}")
+        out.add("series", f"must be one of {', '.join(SERIES)}")
+        series = None
     known = SERIES[series] if series else {**FACTS, ARGS: str}
     for group, fact in facts.items():
         if group not in groups:
-            raise RuleError(path, f"facts.{group}", "is not a named group of any pattern")
+            out.add(f"facts.{group}", "is not a named group of any pattern")
         if fact not in known:
-            raise RuleError(path, f"facts.{group}", f"{fact!r} is not a known fact name")
+            out.add(f"facts.{group}", f"{fact!r} is not a known fact name{_close(fact, known)}")
+    rule.facts, rule.series = facts, series
 
-    checks = _strings(data, "checks", path)
-    for c in checks:
+
+def _checks(data: dict, rule: Rule, out: _Problems) -> None:
+    from vllm_doctor.knowledge.checks import CHECKS
+
+    rule.checks = out.strings(data, "checks") or []
+    for c in rule.checks:
         if c not in CHECKS:
-            raise RuleError(path, "checks", f"{c!r} is not a named check ({', '.join(sorted(CHECKS))})")
-    when = _need(data, "when", str, path, required=False)
-    _condition(when, "when", path)
+            out.add("checks", f"{c!r} is not a named check ({', '.join(sorted(CHECKS))})")
+    rule.when = out.need(data, "when", str, required=False)
+    out.condition(rule.when, "when")
 
-    rule = Rule(id=rule_id, kind=kind, title=title, explanation=explanation.strip(), path=str(path))
-    rule.patterns, rule.anchors, rule.facts, rule.series = patterns, anchors, facts, series
-    rule.checks, rule.when = checks, when
-    rule.phase = _need(data, "phase", str, path, required=False)
-    rule.references = _strings(data, "references", path)
 
-    if kind == "fact":
-        if not patterns:
-            raise RuleError(path, "patterns", "a fact rule needs at least one pattern")
-        if not (facts or rule.phase):
-            raise RuleError(path, "facts", "a fact rule must fill facts or mark a phase")
-        for key in ("category", "severity", "fixes", "summary"):
-            if key in data:
-                raise RuleError(path, key, "is for diagnosis rules, not fact rules")
-        return rule
+def _fact_rule(data: dict, rule: Rule, out: _Problems) -> None:
+    if not rule.patterns and "patterns" not in data:
+        out.add("patterns", "a fact rule needs at least one pattern")
+    if not (rule.facts or rule.phase or "facts" in data):
+        out.add("facts", "a fact rule must fill facts or mark a phase")
+    for key in ("category", "severity", "fixes", "summary"):
+        if key in data:
+            out.add(key, "is for diagnosis rules, not fact rules")
 
-    category = _need(data, "category", str, path)
-    if not _ID.match(category):
-        raise RuleError(path, "category", "must be kebab-case")
+
+def _diagnosis_rule(data: dict, rule: Rule, out: _Problems) -> None:
+    category = out.need(data, "category", str)
+    if category is not None and not _ID.match(category):
+        out.add("category", "must be kebab-case")
+    rule.category = category
     severity = data.get("severity", "")
     if severity not in SEVERITIES:
-        raise RuleError(path, "severity", f"must be one of {', '.join(SEVERITIES)}")
+        out.add("severity", f"must be one of {', '.join(SEVERITIES)}")
     confidence = data.get("confidence", "high")
     if confidence not in CONFIDENCES:
-        raise RuleError(path, "confidence", f"must be one of {', '.join(CONFIDENCES)}")
-    if not patterns and not when:
-        raise RuleError(path, "when", "a rule without patterns needs a condition to fire on")
+        out.add("confidence", f"must be one of {', '.join(CONFIDENCES)}")
+        confidence = "high"
+    if not rule.patterns and not rule.when and "patterns" not in data:
+        out.add("when", "a rule without patterns needs a condition to fire on")
     priority = data.get("priority", 50)
     if not isinstance(priority, int) or isinstance(priority, bool):
-        raise RuleError(path, "priority", "must be an integer")
+        out.add("priority", "must be an integer")
+        priority = 50
     wrapper = data.get("wrapper", False)
     if not isinstance(wrapper, bool):
-        raise RuleError(path, "wrapper", "must be true or false")
-    summary = _strings(data, "summary", path)
-    for t in summary:
-        _templates(t, "summary", path)
-    if not summary:
-        raise RuleError(path, "summary", "is missing")
+        out.add("wrapper", "must be true or false")
+        wrapper = False
+    summary = out.strings(data, "summary")
+    rule.summary = summary or []
+    for t in rule.summary:
+        out.templates(t, "summary")
+    if summary == []:
+        out.add("summary", "is missing")
+    rule.severity, rule.confidence, rule.priority, rule.wrapper = severity, confidence, priority, wrapper
 
-    fixes = []
+
+def _fixes(data: dict, out: _Problems) -> list[Fix]:
+    """[[fixes]]: action, why and value are each a template or a list of fallbacks."""
     raw_fixes = data.get("fixes", [])
     if not isinstance(raw_fixes, list):
-        raise RuleError(path, "fixes", "must be an array of tables ([[fixes]])")
+        out.add("fixes", "must be an array of tables ([[fixes]])")
+        return []
+    fixes = []
     for i, f in enumerate(raw_fixes):
         key = f"fixes[{i}]"
         if not isinstance(f, dict):
-            raise RuleError(path, key, "must be a table")
-        extra = set(f) - _FIX_KEYS
-        if extra:
-            raise RuleError(path, f"{key}.{sorted(extra)[0]}", "is not a fix key")
-        action = _need(f, "action", str, path)
-        why = _need(f, "why", str, path)
+            out.add(key, "must be a table")
+            continue
+        out.unknown_keys(f, _FIX_KEYS, f"{key}.", "a fix key")
+        parts: dict[str, list[str]] = {}
         for k in ("action", "why", "value"):
-            if isinstance(f.get(k), str):
-                _templates(f[k], f"{key}.{k}", path)
-        for k in ("flag", "value", "when"):
+            got = out.strings(f, k, empty_ok=k == "value", prefix=f"{key}.")
+            parts[k] = got or []
+            if got == [] and k != "value":
+                out.add(f"{key}.{k}", "is missing")
+            if len(parts[k]) > max(1, len(parts["action"])):
+                out.add(f"{key}.{k}", "has more fallbacks than action: each entry goes with one action")
+            for t in parts[k]:
+                out.templates(t, f"{key}.{k}")
+        for k in ("flag", "when"):
             if f.get(k) is not None and not isinstance(f[k], str):
-                raise RuleError(path, f"{key}.{k}", "must be a string")
-        _condition(f.get("when"), f"{key}.when", path)
-        fixes.append(Fix(action=action, why=why, flag=f.get("flag"), value=f.get("value"), when=f.get("when")))
-    if severity in ("blocker", "warning") and not fixes:
-        raise RuleError(path, "fixes", "a blocker or warning needs at least one fix")
-
-    rule.category, rule.severity, rule.confidence = category, severity, confidence
-    rule.priority, rule.wrapper, rule.summary, rule.fixes = priority, wrapper, summary, fixes
-    return rule
+                out.add(f"{key}.{k}", "must be a string")
+        out.condition(f.get("when") if isinstance(f.get("when"), str) else None, f"{key}.when")
+        if not parts["action"] or not parts["why"]:
+            continue
+        variants = [(a, parts["why"][min(j, len(parts["why"]) - 1)],
+                     (parts["value"][min(j, len(parts["value"]) - 1)] if parts["value"] else "") or None)
+                    for j, a in enumerate(parts["action"])]  # fmt: skip
+        (action, why, value), *fallbacks = variants
+        when = f.get("when") if isinstance(f.get("when"), str) else None
+        flag = f.get("flag") if isinstance(f.get("flag"), str) else None
+        fixes.append(Fix(action=action, why=why, flag=flag, value=value, when=when, fallbacks=fallbacks))
+    return fixes

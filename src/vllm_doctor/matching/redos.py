@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Iterator
 
 try:  # the parser of the standard `re` reads the regex-module syntax the rules use
-    import re._constants as _c
-    import re._parser as _parser
+    import re._constants as _c  # type: ignore[import-not-found]  # private, untyped
+    import re._parser as _parser  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - Python < 3.11 is not supported anyway
     _parser = None
 
@@ -222,7 +222,7 @@ def _first(seq: list) -> tuple[frozenset, bool]:
         elif op == _c.ATOMIC_GROUP:
             first, nullable = _first(list(av))
         elif op == _c.BRANCH:
-            first, nullable = set(), False
+            first, nullable = frozenset(), False
             for alt in av[1]:
                 f, n = _first(list(alt))
                 first |= f
@@ -230,9 +230,9 @@ def _first(seq: list) -> tuple[frozenset, bool]:
         elif op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT):
             continue
         elif op == _c.GROUPREF:
-            first, nullable = set(_ALPHABET), True
+            first, nullable = frozenset(_ALPHABET), True
         else:
-            first, nullable = _atom(op, av), False
+            first, nullable = frozenset(_atom(op, av)), False
         out |= first
         if not nullable:
             return frozenset(out), False
@@ -296,21 +296,28 @@ def probe_lines(
 
 
 def _recipes(pattern: str, anchors: list[str], example: str | None) -> Iterator[tuple[str, Callable[[int], str]]]:
+    make: Callable[..., str]
     seeds = list(dict.fromkeys([*anchors, *_literal_heads(pattern)]))
     for a in seeds:
-        yield f"{a!r} repeated", lambda n, a=a: _fill(a + " ", n)
+        make = lambda n, a=a: _fill(a + " ", n)  # noqa: E731  (typed through `make`)
+        yield f"{a!r} repeated", make
         for c in FLOOD:
-            yield f"{a!r} then {c!r} repeated", lambda n, a=a, c=c: a + c * (n - len(a))
-            yield f"{c!r} repeated then {a!r}", lambda n, a=a, c=c: c * (n - len(a)) + a
+            make = lambda n, a=a, c=c: a + c * (n - len(a))  # noqa: E731
+            yield f"{a!r} then {c!r} repeated", make
+            make = lambda n, a=a, c=c: c * (n - len(a)) + a  # noqa: E731
+            yield f"{c!r} repeated then {a!r}", make
     if example:
         cuts = {len(example) - 1, max(1, len(example) - 5), len(example) // 2}
         cuts |= set(range(6, len(example), max(6, len(example) // 10)))
         for k in sorted(cuts):
             head, c = example[:k], example[k]
-            yield f"the example cut at {k} repeated", lambda n, h=head: _fill(h, n)
-            yield f"the example cut at {k} then {c!r} repeated", lambda n, h=head, c=c: h + c * (n - len(h))
+            make = lambda n, h=head: _fill(h, n)  # noqa: E731
+            yield f"the example cut at {k} repeated", make
+            make = lambda n, h=head, c=c: h + c * (n - len(h))  # noqa: E731
+            yield f"the example cut at {k} then {c!r} repeated", make
     for c in FLOOD[:6]:
-        yield f"{c!r} repeated", lambda n, c=c: c * n
+        make = lambda n, c=c: c * n  # noqa: E731
+        yield f"{c!r} repeated", make
 
 
 def _fill(unit: str, size: int) -> str:

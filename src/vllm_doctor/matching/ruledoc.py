@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from vllm_doctor.data import Rule
-from vllm_doctor.matching.loader import RuleError, compile_regex, load_file, rule_files
+from vllm_doctor.matching.contract import rule_groups
+from vllm_doctor.matching.loader import check_file, compile_regex, rule_files
 
 
 def document(rule: Rule) -> str:
@@ -36,17 +37,58 @@ def document(rule: Rule) -> str:
         if rule.when:
             out.append(f"  - fires when: {rule.when}")
         out.append("")
+    if rule.kind == "diagnosis":
+        out += numbers(rule)
     if rule.fixes:
         out += ["Fixes, in order", ""]
         for i, f in enumerate(rule.fixes, 1):
             cond = f"  [when {f.when}]" if f.when else ""
             out.append(f"  {i}. {f.action}{cond}")
             out.append(f"     {f.why}")
+            for action, why, _value in f.fallbacks:
+                out.append(f"     else: {action}" + (f" ({why})" if why != f.why else ""))
         out.append("")
     if rule.references:
         out += ["References", ""] + [f"  - {r}" for r in rule.references] + [""]
     out.append(f"Defined in {rule.path}")
     return "\n".join(out)
+
+
+def numbers(rule: Rule) -> list[str]:
+    """The names the rule's summary, fixes and conditions can use (matching/contract.py)."""
+    from vllm_doctor.knowledge.checks import CHECKS
+    from vllm_doctor.knowledge.facts import FACTS, STATS_PREFIX, stats_names
+
+    out = ["Numbers it can use", ""]
+    groups = sorted(rule_groups(rule))
+    if groups:
+        out += _wrapped("  groups: ", [f"{g} (-> {rule.facts[g]})" if g in rule.facts else g for g in groups])
+    for name in rule.checks:
+        c = CHECKS.get(name)
+        if c is None:
+            continue
+        out += _wrapped(f"  {name} returns: ", sorted(c.returns))
+        if c.reads & set(groups):
+            out += _wrapped("    reads this rule's groups: ", sorted(c.reads & set(groups)))
+        if c.reads - set(groups) - set(FACTS):
+            out += _wrapped("    reads these groups when a rule has them: ", sorted(c.reads - set(groups) - set(FACTS)))
+    out += _wrapped("  facts: ", sorted(FACTS))
+    stats = sorted(n[len(STATS_PREFIX) :] for n in stats_names())
+    out += _wrapped(f"  {STATS_PREFIX}<aggregate>: ", stats)
+    return [*out, ""]
+
+
+def _wrapped(head: str, names: list[str], width: int = 100) -> list[str]:
+    lines, line = [], head
+    for i, n in enumerate(names):
+        piece = n + (", " if i < len(names) - 1 else "")
+        if len(line) + len(piece) > width and line.strip():
+            lines.append(line.rstrip())
+            line = " " * 6 + piece
+        else:
+            line += piece
+    lines.append(line)
+    return lines
 
 
 def _span(since: str | None, until: str | None) -> str:
@@ -79,13 +121,31 @@ def problems_in(rule: Rule) -> list[str]:
                     f"(over {PROBE_BUDGET} s) on a {PROBE_SIZE // 1024} KiB line of {what}; bound its "
                     "repeats ({0,200} instead of * or +) or anchor them"
                 )
-        if p.example is None:
-            continue
-        if not compile_regex(p.regex).search(p.example, timeout=1.0):
-            out.append(f"{rule.path}: key 'patterns[{i}].example': the pattern does not match its own example")
-        elif p.unless and compile_regex(p.unless).search(p.example, timeout=1.0):
-            out.append(f"{rule.path}: key 'patterns[{i}].unless': voids the pattern's own example")
+        if p.example is not None:
+            if not compile_regex(p.regex).search(p.example, timeout=1.0):
+                out.append(f"{rule.path}: key 'patterns[{i}].example': the pattern does not match its own example")
+            elif p.unless and compile_regex(p.unless).search(p.example, timeout=1.0):
+                out.append(f"{rule.path}: key 'patterns[{i}].unless': voids the pattern's own example")
+        for k, text in enumerate(p.counter_examples):
+            hit = _matching_pattern(rule, text)
+            if hit is not None:
+                which = "this pattern" if hit == i else f"patterns[{hit}]"
+                out.append(f"{rule.path}: key 'patterns[{i}].counter_example[{k}]': {which} matches it (it must not)")
     return out
+
+
+def _matching_pattern(rule: Rule, text: str) -> int | None:
+    """The first of the rule's patterns that matches a text as the engine would (not voided by
+    its `unless`), or None."""
+    for j, p in enumerate(rule.patterns):
+        try:
+            if compile_regex(p.regex).search(text, timeout=1.0) and not (
+                p.unless and compile_regex(p.unless).search(text, timeout=1.0)
+            ):
+                return j
+        except TimeoutError:
+            return j  # a counter-example that makes a pattern time out is no near miss to keep
+    return None
 
 
 def check_dir(directory: Path) -> tuple[list[str], int]:
@@ -96,10 +156,9 @@ def check_dir(directory: Path) -> tuple[list[str], int]:
     seen: dict[str, str] = {}
     files = rule_files(directory)
     for path in files:
-        try:
-            rule = load_file(path)
-        except RuleError as e:
-            problems.append(str(e))
+        rule, found = check_file(path)
+        problems += [str(e) for e in found]
+        if rule is None:
             continue
         if rule.id in seen:
             problems.append(f"{path}: key 'id': {rule.id!r} is also defined in {seen[rule.id]}")

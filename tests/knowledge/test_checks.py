@@ -1,0 +1,152 @@
+"""Each named check: one input -> output, and the declared contract held over every fixture."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIXTURES, LAB
+from vllm_doctor.data import Evidence, Match, Rule
+from vllm_doctor.knowledge import contract
+from vllm_doctor.knowledge.checks import CHECKS, CheckInput, Options
+from vllm_doctor.knowledge.facts import PHASES, Facts, fact_names
+
+
+def run(name: str, values: dict | None = None, facts: Facts | None = None, match: Match | None = None, **options):
+    return CHECKS[name](CheckInput(dict(values or {}), facts or Facts(), match, Options(**options)))
+
+
+def at(line: int) -> Match:
+    return Match(Rule("r", "diagnosis", "t", "e", "r.toml"), [Evidence(line, "x")], {}, 1, line)
+
+
+def test_kv_fit_from_the_blocks_vllm_printed():
+    r = run("kv_fit", {"gpu_blocks": 505, "block_size": 16, "engine": "V1", "gpu_memory_utilization": 0.8,
+                       "needed_gib": 16.0, "available_gib": 9.87, "memory.total_gib": 80.0})  # fmt: skip
+    assert r.values["fit_max_model_len"] == 504 * 16
+    assert r.values["missing_gib"] == 6.13 and r.values["fp8_kv_fits"] is True
+    assert r.values["utilization_needed"] == 0.88 and r.values["can_raise_utilization"] is True
+
+
+def test_tp_sizes_lists_the_divisors():
+    r = run("tp_sizes", {"heads": 40, "tp": 3})
+    assert r.values == {"valid_tp_sizes": [1, 2, 4, 5, 8], "tp_below": 2, "tp_above": 4}
+
+
+def test_context_limit_suggests_the_derived_maximum():
+    r = run("context_limit", {"derived_max_model_len": 32768.0, "requested_max_model_len": 65536})
+    assert r.values == {"suggested_max_model_len": 32768, "over_by": 32768}
+
+
+def test_request_limit():
+    assert run("request_limit", {"limit": 4096, "prompt_tokens": 4000, "total_tokens": 4200}).values == {
+        "over_by": 104,
+        "max_tokens_allowed": 96,
+    }
+
+
+def test_queue_kind_finds_a_full_cache_and_brings_the_stats_lines_as_evidence():
+    facts = Facts()
+    for i, (waiting, kv) in enumerate([(5, 95.0), (8, 99.0)], 1):
+        facts.stats.add({"running": 30, "waiting": waiting, "kv_usage_pct": kv}, i, 0, f"stats {i}")
+    r = run("queue_kind", facts=facts)
+    assert r.values["queue_kind"] == "cache-full" and r.values["waiting_max"] == 8
+    assert [e.text for e in r.evidence] == ["stats 1", "stats 2"] and r.confidence is None
+
+
+def test_queue_kind_lowers_the_confidence_of_a_guess():
+    facts = Facts()
+    for i, running in enumerate([30, 41], 1):
+        facts.stats.add({"running": running, "waiting": 6, "kv_usage_pct": 40.0}, i, 0, "s")
+    r = run("queue_kind", facts=facts)
+    assert r.values["queue_kind"] == "batch-limit" and r.confidence == "medium"
+
+
+def test_oom_phase_reads_the_latest_phase_before_the_error():
+    facts = Facts()
+    facts.phases.extend([(3, 0, "weights_loading", None), (9, 0, "profiling", None)])
+    assert run("oom_phase", facts=facts, match=at(5)).values == {
+        "oom_phase": "weights",
+        "oom_phase_name": "weights_loading",
+    }
+    assert run("oom_phase", facts=facts, match=at(12)).values["oom_phase"] == "cache"
+    unknown = run("oom_phase", facts=Facts(), match=at(12))
+    assert unknown.values == {"oom_phase": "unknown"} and unknown.confidence == "low"
+
+
+def test_gpu_headroom():
+    assert run("gpu_headroom", {"free_gib": 40.0, "total_gib": 80.0}).values == {
+        "held_by_others_gib": 40.0,
+        "suggested_utilization": 0.48,
+    }
+
+
+def test_shutdown():
+    facts = Facts()
+    facts.phases.append((4, 0, "shutdown_started", None))
+    assert run("shutdown", facts=facts, match=at(6)).values == {"during_shutdown": True, "shutdown_completed": False}
+
+
+def test_concurrency_budget_with_a_target():
+    r = run("concurrency_budget", {"kv_cache.tokens": 100_000, "max_model_len": 8192}, target_concurrency=20)
+    assert r.values["worst_case_sequences"] == 12 and r.values["can_hold_target"] is False
+    assert r.values["missing_tokens"] == 20 * 8192 - 100_000 and r.values["target_max_model_len"] == 4992
+
+
+def test_the_phases_the_checks_read_are_the_declared_ones():
+    from vllm_doctor.knowledge.facts import CACHE_PHASES, SHUTDOWN_PHASES, WEIGHT_PHASES
+
+    assert CACHE_PHASES | WEIGHT_PHASES | SHUTDOWN_PHASES == PHASES and "sampler_warmup" not in PHASES
+
+
+def _inputs():
+    return sorted(p for p in (FIXTURES / "logs").rglob("*") if p.is_file() and ".expect." not in p.name) + sorted(
+        LAB.glob("*.log")
+    )
+
+
+def test_every_check_keeps_to_its_declaration_on_every_fixture(rules, monkeypatch):
+    """Every check over every fixture's facts, with each diagnosis match's groups: under STRICT a
+    name read or returned that the check does not declare raises."""
+    from vllm_doctor.matching.engine import Engine
+    from vllm_doctor.pipeline import _derive
+    from vllm_doctor.read import logread
+
+    monkeypatch.setattr(contract, "STRICT", True)
+    engine = Engine(rules)
+    seen: dict[str, set[str]] = {name: set() for name in CHECKS}
+    for path in _inputs():
+        facts = Facts()
+        try:
+            matches = engine.run(logread.read([str(path)], engine.prefilter, logread.ReadStats()), facts)
+        except logread.ReadError:
+            continue
+        _derive(facts)
+        for match in [None, *matches.values()]:
+            values = {**facts.flat(), **(match.groups if match else {})}
+            for name, check in CHECKS.items():
+                try:
+                    result = check(CheckInput(dict(values), facts, match, Options(target_concurrency=8)))
+                except (ArithmeticError, ValueError, TypeError) as e:
+                    if isinstance(e, contract.CheckContractError):
+                        raise
+                    continue
+                seen[name] |= result.values.keys()
+    for name, got in seen.items():
+        assert got, f"{name} returned nothing on any fixture"
+        assert got <= CHECKS[name].returns
+
+
+def test_declared_names_do_not_shadow_facts_they_do_not_mean():
+    """A check may return a fact's name only to fill it in (tp_sizes' num_attention_heads from the
+    model's config), never as something else: those overlaps are listed here on purpose."""
+    overlaps = {n: sorted(c.returns & fact_names()) for n, c in CHECKS.items() if c.returns & fact_names()}
+    assert overlaps == {
+        "tp_sizes": ["num_attention_heads", "num_kv_heads"],
+        "context_limit": ["derived_max_model_len", "max_len_key"],
+        "concurrency_budget": ["max_model_len"],
+    }
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_every_check_is_documented(name):
+    assert CHECKS[name].doc and CHECKS[name].returns
