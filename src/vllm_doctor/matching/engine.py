@@ -14,13 +14,13 @@ from typing import Any
 from vllm_doctor.data import Evidence, Line, Match, Rule
 from vllm_doctor.knowledge.facts import ARGS, STATS_FIELDS, Facts, convert, number
 from vllm_doctor.matching.loader import compile_regex
+from vllm_doctor.read.logread import CONTEXT_AFTER  # the lines after a hit the reader delivers
 from vllm_doctor.read.prefilter import Prefilter
 
 MAX_EVIDENCE = 6  # evidence lines kept per rule
 EVIDENCE_CHARS = 400
 REGEX_TIMEOUT = 1.0  # seconds one pattern may spend on one text (ReDoS guard)
 RULE_BUDGET = 5.0  # seconds one rule may spend matching over a whole input; then it is dropped
-JOIN_AFTER = 5  # following lines a wrapped or split message may continue on
 
 
 class Engine:
@@ -222,7 +222,9 @@ def _is_tail(line: Line, before: Line) -> bool:
     return bool(head) and (head.islower() or head in " ,.;:)]'\"")
 
 
-def _neighbourhoods(lines: Iterable[Line], after: int = JOIN_AFTER) -> Iterator[tuple[Line | None, Line, list[Line]]]:
+def _neighbourhoods(
+    lines: Iterable[Line], after: int = CONTEXT_AFTER
+) -> Iterator[tuple[Line | None, Line, list[Line]]]:
     """(previous line, line, next lines) for every line, streaming."""
     size = after + 2
     buf: list[Line] = []

@@ -33,7 +33,7 @@ MAX_LINE = 16 << 10
 WINDOW = 8 << 10  # half-width of such a window
 OVERLAP = 256  # bytes of a line longer than the buffer kept for the next fill (anchors are shorter)
 CONTEXT_BEFORE = 1
-CONTEXT_AFTER = 5  # engine.JOIN_AFTER: lines a wrapped message may continue on
+CONTEXT_AFTER = 5  # lines a wrapped or split message may continue on (the engine joins as many)
 
 
 class ReadError(DoctorError):
