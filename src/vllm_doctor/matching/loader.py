@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,21 @@ class _Problems:
             return None
         return value
 
+    def tables(self, data: dict, name: str, allowed: set[str], what: str) -> Iterator[tuple[str, dict]]:
+        """The tables of an array like [[patterns]], each with its key ("patterns[0]"); a
+        non-array, a non-table and an unknown key inside one are problems."""
+        raw = data.get(name, [])
+        if not isinstance(raw, list):
+            self.add(name, f"must be an array of tables ([[{name}]])")
+            return
+        for i, table in enumerate(raw):
+            key = f"{name}[{i}]"
+            if not isinstance(table, dict):
+                self.add(key, "must be a table")
+                continue
+            self.unknown_keys(table, allowed, f"{key}.", what)
+            yield key, table
+
     def unknown_keys(self, table: dict, allowed: set[str], prefix: str, what: str) -> None:
         for k in sorted(set(table) - allowed):
             self.add(f"{prefix}{k}", f"is not {what}" + (" (typo?)" if not prefix else ""))
@@ -264,17 +279,8 @@ def _parse(data: dict, path: Path, trusted: bool, out: _Problems) -> Rule:
 
 def _patterns(data: dict, rule: Rule, trusted: bool, out: _Problems) -> set[str]:
     """The rule's patterns (into rule.patterns); returns the names of their groups."""
-    raw_patterns = data.get("patterns", [])
-    if not isinstance(raw_patterns, list):
-        out.add("patterns", "must be an array of tables ([[patterns]])")
-        return set()
     groups: set[str] = set()
-    for i, p in enumerate(raw_patterns):
-        key = f"patterns[{i}]"
-        if not isinstance(p, dict):
-            out.add(key, "must be a table")
-            continue
-        out.unknown_keys(p, _PATTERN_KEYS, f"{key}.", "a pattern key")
+    for key, p in out.tables(data, "patterns", _PATTERN_KEYS, "a pattern key"):
         regex_text = out.need(p, "regex", str, prefix=f"{key}.")
         if regex_text is None:
             continue
@@ -397,17 +403,8 @@ def _diagnosis_rule(data: dict, rule: Rule, out: _Problems) -> None:
 
 def _fixes(data: dict, out: _Problems) -> list[Fix]:
     """[[fixes]]: action, why and value are each a template or a list of fallbacks."""
-    raw_fixes = data.get("fixes", [])
-    if not isinstance(raw_fixes, list):
-        out.add("fixes", "must be an array of tables ([[fixes]])")
-        return []
     fixes = []
-    for i, f in enumerate(raw_fixes):
-        key = f"fixes[{i}]"
-        if not isinstance(f, dict):
-            out.add(key, "must be a table")
-            continue
-        out.unknown_keys(f, _FIX_KEYS, f"{key}.", "a fix key")
+    for key, f in out.tables(data, "fixes", _FIX_KEYS, "a fix key"):
         parts: dict[str, list[str]] = {}
         for k in ("action", "why", "value"):
             got = out.strings(f, k, empty_ok=k == "value", prefix=f"{key}.")
