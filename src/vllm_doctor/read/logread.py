@@ -109,7 +109,7 @@ class _Source:
             self.head = b""
         try:
             while got < len(view):
-                n = self.stream.readinto(view[got : got + self.PIECE])
+                n = self._read_into(view[got : got + self.PIECE])
                 if not n:
                     self.done = True
                     break
@@ -124,6 +124,15 @@ class _Source:
             if _looks_binary(bytes(view[: min(got, 64 << 10)])):
                 raise ReadError(f"{self.name}: does not look like a text log (binary data)")
         return got
+
+    def _read_into(self, view: memoryview) -> int:
+        """One read. Gzip goes through read1, one decompressed piece at a time: readinto asks
+        for the whole view and, when damage follows, raises with everything before it unread."""
+        if isinstance(self.stream, gzip.GzipFile):
+            data = self.stream.read1(len(view))
+            view[: len(data)] = data
+            return len(data)
+        return self.stream.readinto(view)
 
 
 class _Prepend(io.RawIOBase):
