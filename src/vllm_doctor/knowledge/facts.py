@@ -113,7 +113,9 @@ _ARG_FACTS = {
 # defaults vLLM applies when `non-default args` leaves an argument out
 _ARG_DEFAULTS = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1}
 
-_KV_PAIR = re.compile(r"""['"]?(\w+)['"]?\s*[:=]\s*('[^']*'|"[^"]*"|[^,(){}\[\]]+)""")
+# a key starts where a word starts: a search restarting inside a 16 KiB run of word characters
+# would try every suffix of it (quadratic); a match can only begin at the start anyway
+_KV_PAIR = re.compile(r"""['"]?(?<!\w)(\w+)['"]?\s*[:=]\s*('[^']*'|"[^"]*"|[^,(){}\[\]]+)""")
 # a command line: --tensor-parallel-size 2, --max-model-len=4096, -tp 2, --enforce-eager
 _FLAG = re.compile(r"""(?:^|\s)--?([a-z][\w-]*)(?:[= ]+(?!-)("[^"]*"|'[^']*'|[^\s\\]+))?""")
 
