@@ -6,7 +6,7 @@
 The cases (random bytes, invalid UTF-8, NULs, 10 MB single lines, truncated and damaged gzip,
 directories, empty files, FIFOs, files that vanish mid-read, mixed CR/LF, absurd numbers in real
 vLLM lines, ...) come from tests/hostile/test_hostile_input.py, which runs a few hundred of them in the
-test suite. The contract: a report (exit 0 or 1), or exit 2 with one line on stderr; never a
+test suite. The contract: a report (exit 0, 1 or 4), or exit 2 with one line on stderr; never a
 traceback. Exits 1 if any case breaks it, printing the first traceback of each kind.
 """
 

@@ -29,7 +29,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    help="Explain why vllm serve failed or queues requests: the cause, the numbers and the fixes in order.",
+    help="Explain why vllm serve failed or queues requests: the cause, the numbers and the fixes in order. "
+    "Exit status: 0 no blocker, 1 a blocker (--fail-on warning: a warning too), 2 usage error or unreadable "
+    "input, 3 internal error, 4 unknown (no vLLM output, an empty input, or a start that stops with no sign of why).",
 )
 rules_app = typer.Typer(
     add_completion=False,
@@ -65,10 +67,25 @@ TargetConcurrency = Annotated[
 ]
 
 
+UNKNOWN_EXIT = 4  # no vLLM output, an empty input, a start that stops with no sign of why
+
+
 def _exit_code(report, fail_on: FailOn) -> int:
-    """1 when a diagnosis reaches the --fail-on severity, else 0."""
+    """1 when a diagnosis reaches the --fail-on severity, 4 when the status is unknown, else 0."""
     failing = {"blocker"} if fail_on is FailOn.blocker else {"blocker", "warning"}
-    return 1 if {d.severity for d in report.diagnoses} & failing else 0
+    if {d.severity for d in report.diagnoses} & failing:
+        return 1
+    return UNKNOWN_EXIT if report.status == "unknown" else 0
+
+
+def _lifetime(value: str) -> int | None:
+    """--lifetime last|all|N: the start the report leads with (None: the latest)."""
+    if value in ("last", "all"):
+        return None
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    fail(f"--lifetime {value}: give last, all or a start's number (1, 2, ...)")
+    return None
 
 
 def fail(message: str) -> None:
@@ -117,8 +134,27 @@ def explain(
     ] = None,
     offline: OfflineOpt = False,
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Skip the NVML snapshot of this machine's GPUs.")] = False,
+    this_host: Annotated[
+        bool,
+        typer.Option(
+            "--this-host",
+            help="The log is from this machine: its GPUs now inform the fixes (else only when the log's "
+            "hostname or GPU pids are this machine's).",
+        ),
+    ] = False,
+    lifetime: Annotated[
+        str,
+        typer.Option(
+            "--lifetime",
+            help="A log with restarts: lead with the latest start (last), show every start (all), or start N.",
+            metavar="last|all|N",
+        ),
+    ] = "last",
 ) -> None:
-    """Diagnose a vLLM log: the cause, the evidence, the numbers and the fixes in order."""
+    """Diagnose a vLLM log: the cause, the evidence, the numbers and the fixes in order.
+
+    Exit status: 0 no blocker, 1 a blocker, 2 usage error or unreadable input, 3 internal error,
+    4 unknown (no vLLM output, an empty input, or a start that stops with no sign of why)."""
     from vllm_doctor import pipeline
     from vllm_doctor.knowledge.checks import Options
 
@@ -131,8 +167,12 @@ def explain(
         report = pipeline.from_metrics([fetch(metrics)], rules, Options(target_concurrency, target_len))
     elif paths:
         options = Options(target_concurrency, target_len, model=model, config=config, offline=offline,
-                          lookup_model=True, gpu=not no_gpu)  # fmt: skip
+                          lookup_model=True, gpu=not no_gpu, this_host=True if this_host else None,
+                          lifetime=_lifetime(lifetime))  # fmt: skip
         report = pipeline.explain(paths, rules, options)
+        report.all_lifetimes = lifetime == "all"
+        if options.lifetime and options.lifetime > len(report.lifetimes):
+            fail(f"--lifetime {lifetime}: the input holds {len(report.lifetimes)} start(s)")
     else:
         fail("give a log file (- for stdin) or --metrics URL")
     _emit(report, format, output, redact=not no_redact)

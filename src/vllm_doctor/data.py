@@ -135,3 +135,27 @@ class Report:
     diagnoses: list[Diagnosis]
     facts: dict[str, Any]
     warnings: list[str] = field(default_factory=list)  # about the input (truncated gzip, ...)
+    lifetimes: list[Life] = field(default_factory=list)  # every server start in the input, in order
+    shown: int | None = None  # the lifetime the top level is (its index); None: no lifetimes
+    crash_loop: tuple[str, int, int] | None = None  # (cause, first, last index) of N same failures in a row
+    empty: bool = False  # the input held no bytes at all
+    all_lifetimes: bool = False  # --lifetime all: the renderers show every earlier start's diagnoses too
+
+
+@dataclass
+class Life:
+    """One server lifetime: from a start to the next (or the end of the input), diagnosed alone."""
+
+    index: int
+    started: str | None  # the log's own time ("11-30 01:53:24"), None when its lines carry none
+    ended: str | None
+    ready: bool
+    ready_at: str | None
+    last_phase: str | None
+    end: str  # fatal | shutdown | serving | abrupt
+    outcome: str  # "cache-oom", "serving since 02:04", "stopped during weight loading"
+    note: str | None  # what to check when it ended with no sign of why
+    last_stats: dict[str, Any] | None  # the last stats sample: line, running, waiting, kv_usage_pct
+    lines: tuple[int, int]  # first and last line of it that said something
+    server: str | None  # "pid 15836", "vllm-1", "pod/vllm-0/vllm pid 1"
+    report: Report

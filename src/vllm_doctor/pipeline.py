@@ -9,10 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_doctor.data import MODEL_SHAPE_KEYS, Diagnosis, Match, Report, Rule
+from vllm_doctor.data import MODEL_SHAPE_KEYS, Diagnosis, Life, Match, Report, Rule
 from vllm_doctor.knowledge.checks import DEFAULT_BLOCK_SIZE, CheckInput, Options, concurrency_budget
 from vllm_doctor.knowledge.diagnose import diagnose
 from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.knowledge.lifetimes import Lifetime, Lifetimes, crash_loop, ending, from_this_host
 from vllm_doctor.matching import loader
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.read import logread
@@ -22,20 +23,57 @@ if TYPE_CHECKING:
 
 
 def explain(paths: list[str], rules: list[Rule] | None = None, options: Options | None = None) -> Report:
-    """Read the logs, match the rules, and diagnose. Raises logread.ReadError for unreadable input."""
+    """Read the logs, split them into server lifetimes, and diagnose each alone. The report leads
+    with the latest lifetime (or options.lifetime) and lists them all. Raises logread.ReadError
+    for unreadable input."""
     rules = rules if rules is not None else loader.load()
     engine = Engine(rules)
     stats = logread.ReadStats()
-    facts = Facts()
-    matches = engine.run(logread.read(paths, engine.prefilter, stats), facts)
+    router = Lifetimes()
+    engine.run(logread.read(paths, engine.prefilter, stats), Facts(), router)
     warnings = list(stats.warnings)
     if engine.dropped:
         warnings.append(f"rules dropped for matching too slowly on this input: {', '.join(engine.dropped)}")
     if engine.timeouts > len(engine.dropped):
         warnings.append(f"{engine.timeouts - len(engine.dropped)} pattern match(es) gave up after the regex time limit")
-    recognised = bool(facts.values or facts.stats.samples or matches)
-    return build(rules, facts, matches, options, paths=list(paths), lines=stats.lines, warnings=warnings,
-                 recognised=recognised)  # fmt: skip
+    options = _with_gpu(options or Options())
+    found = router.lives()
+    this_host = options.this_host if options.this_host is not None else from_this_host(found, options.gpu_snapshot)
+    options = replace(options, this_host=this_host)
+    common: dict[str, Any] = {"paths": list(paths), "lines": stats.lines, "warnings": warnings}
+    if not found:
+        report = build(rules, Facts(), {}, options, recognised=False, **common)
+        report.empty = stats.bytes == 0
+        return report
+    memo: dict[tuple, tuple[Options, str | None]] = {}
+    lives = [_life(rules, life, options, memo, common) for life in found]
+    chosen = options.lifetime if options.lifetime and 1 <= options.lifetime <= len(lives) else len(lives)
+    report = replace(lives[chosen - 1].report, lifetimes=lives, shown=chosen)
+    report.crash_loop = crash_loop([life.outcome if life.end == "fatal" else None for life in lives])
+    return report
+
+
+def _life(rules: list[Rule], life: Lifetime, options: Options, memo: dict, common: dict[str, Any]) -> Life:
+    """One lifetime diagnosed alone, and how it ended."""
+    report = build(rules, life.facts, life.matches, options, recognised=True, life=life, memo=memo, **common)
+    top = next((d for d in report.diagnoses if d.severity != "info"), None)
+    end = ending(life, report.status, top.category if top else None)
+    server = " ".join(x for x in (life.container, f"pid {life.owner}" if life.owner is not None else None) if x)
+    return Life(
+        index=life.index,
+        started=life.started,
+        ended=life.ended,
+        ready=end.ready,
+        ready_at=life.ready_at,
+        last_phase=end.last_phase,
+        end=end.end,
+        outcome=end.outcome,
+        note=end.note,
+        last_stats=end.last_stats,
+        lines=((life.first or (0, 0))[1], (life.last or (0, 0))[1]),
+        server=server or None,
+        report=report,
+    )
 
 
 def from_metrics(scrapes: list[Scrape], rules: list[Rule] | None = None, options: Options | None = None) -> Report:
@@ -73,22 +111,30 @@ def build(
     warnings: list[str],
     recognised: bool,
     extra: dict[str, Any] | None = None,
+    life: Lifetime | None = None,
+    memo: dict | None = None,
 ) -> Report:
     """The one place a Report is assembled: derived facts, the model and GPU, the diagnoses, the
-    concurrency budget, the model's facts, the status. `recognised`: the input was vLLM's at all."""
+    concurrency budget, the model's facts, the status. `recognised`: the input was vLLM's at all;
+    `life`: the server lifetime these facts are of (a log's), None for a /metrics scrape.
+
+    This machine's GPU snapshot informs the checks only when the log is from this machine
+    (options.this_host); otherwise it is shown as this machine's, and the fixes use the log alone."""
     _derive(facts)
-    options, model_note = with_model_and_gpu(facts, options or Options())
-    diagnoses = diagnose(rules, matches, facts, options)
+    options, model_note = _with_model(facts, options or Options(), memo if memo is not None else {})
+    local = options if options.this_host is not False else replace(options, gpu_snapshot=None)
+    diagnoses = diagnose(rules, matches, facts, local)
     report_facts = facts.to_json()
-    budget = concurrency_budget(CheckInput(facts.flat(), facts, None, options)).values
+    budget = concurrency_budget(CheckInput(facts.flat(), facts, None, local)).values
     if budget:
         report_facts["concurrency"] = budget
-    report_facts.update(model_facts(facts, options, model_note))
+    report_facts.update(model_facts(facts, local, model_note))
+    report_facts["gpu"] = _gpu_json(options)
     report_facts.update(extra or {})
     return Report(
         paths=paths,
         lines=lines,
-        status=status(diagnoses, recognised),
+        status=status(diagnoses, recognised, life),
         diagnoses=diagnoses,
         facts=report_facts,
         warnings=warnings,
@@ -99,6 +145,34 @@ def with_model_and_gpu(facts: Facts, options: Options) -> tuple[Options, str | N
     """Options with the model's shape (from --config, --model, or the model the log names) and this
     machine's GPU snapshot filled in, and the one-line reason when there is no shape.
     Raises modelcfg.ConfigError only for an explicit --config that cannot be read."""
+    return _with_model(facts, _with_gpu(options), {})
+
+
+def _with_gpu(options: Options) -> Options:
+    """This machine's GPU snapshot, taken once (or the caller's: serve, tests with a fake NVML adapter)."""
+    if options.gpu_snapshot is not None:
+        return options
+    if options.gpu:
+        from vllm_doctor.capacity.gpu import snapshot
+
+        return replace(options, gpu_snapshot=snapshot())
+    from vllm_doctor.capacity.gpu import skipped
+
+    return replace(options, gpu_snapshot=skipped("not requested (--no-gpu)"))
+
+
+def _with_model(facts: Facts, options: Options, memo: dict) -> tuple[Options, str | None]:
+    """The model's shape, looked up once per model and version however many lifetimes name it."""
+    key = (options.model, options.config, facts.get("model"), facts.get("vllm_version"))
+    if key not in memo:
+        memo[key] = _model_shape(facts, options)
+    shape, note = memo[key]
+    if shape is not None and facts.get("model"):
+        shape = replace(shape, name=facts.get("model"))  # the model the log served; shape.source says where
+    return replace(_with_gpu(options), shape=shape), note
+
+
+def _model_shape(facts: Facts, options: Options) -> tuple[Any, str | None]:
     shape, note = None, None
     ref = options.model or (facts.get("model") if options.lookup_model or options.config else None)
     from_log = not options.model and not options.config
@@ -111,21 +185,9 @@ def with_model_and_gpu(facts: Facts, options: Options) -> tuple[Options, str | N
         from vllm_doctor.capacity import modelcfg
 
         shape, note = modelcfg.load(ref, options.config, options.offline, facts.get("vllm_version"))
-        if shape is not None and facts.get("model"):
-            shape.name = facts.get("model")  # the model the log served; shape.source says where its config came from
     else:
         note = "not looked up (pass --model ID|PATH or --config FILE)"
-    if options.gpu_snapshot is not None:
-        gpu = options.gpu_snapshot  # taken by the caller (serve, tests with a fake NVML adapter)
-    elif options.gpu:
-        from vllm_doctor.capacity.gpu import snapshot
-
-        gpu = snapshot()
-    else:
-        from vllm_doctor.capacity.gpu import skipped
-
-        gpu = skipped("not requested (--no-gpu)")
-    return replace(options, shape=shape, gpu_snapshot=gpu), note
+    return shape, note
 
 
 def model_facts(facts: Facts, options: Options, model_note: str | None) -> dict:
@@ -166,14 +228,25 @@ def _derive(facts: Facts) -> None:
         facts.set_default("kv_cache.tokens_from", "log")
 
 
-def status(diagnoses: list[Diagnosis], recognised: bool) -> str:
-    """The report's status; `recognised` when the input was vLLM's at all."""
+def status(diagnoses: list[Diagnosis], recognised: bool, life: Lifetime | None = None) -> str:
+    """The report's status; `recognised` when the input was vLLM's at all. A log's lifetime is
+    healthy only when it became ready (or served): a start that stops with no sign of why is unknown."""
     severities = {d.severity for d in diagnoses}
     if "blocker" in severities:
         return "failed"
     if "warning" in severities:
         return "degraded"
-    return "healthy" if recognised else "unknown"
+    if not recognised or (life is not None and not life.ready):
+        return "unknown"
+    return "healthy"
+
+
+def _gpu_json(options: Options) -> dict[str, Any]:
+    """facts.gpu: this machine's snapshot, and whether it is the log's machine (then it informed the fixes)."""
+    snap = options.gpu_snapshot
+    out = snap.to_json() if snap is not None else {"available": False, "reason": None, "devices": []}
+    out["this_host"] = options.this_host
+    return out
 
 
 def _exists(path: str) -> bool:

@@ -110,7 +110,7 @@ def test_headroom_is_what_is_free():
 def test_explain_says_which_way_to_move_utilization(run):
     """Another process holds 20 GiB: the cache-oom numbers say vLLM's fraction must shrink to 0.72."""
     snap = gpu.snapshot(FakeNvml())
-    report = run(LAB / "cache-oom.log", options=Options(gpu_snapshot=snap))
+    report = run(LAB / "cache-oom.log", options=Options(gpu_snapshot=snap, this_host=True))
     facts = to_dict(report)["facts"]
     assert facts["gpu"]["available"] and facts["gpu"]["devices"][0]["processes"][0]["pid"] == 4242
     n = report.diagnoses[0].numbers
@@ -122,7 +122,7 @@ def test_explain_says_which_way_to_move_utilization(run):
 
 def test_valid_tp_sizes_stop_at_the_gpus_present(run):
     snap = gpu.snapshot(FakeNvml())
-    top = run(LAB / "tp-divisibility.log", options=Options(gpu_snapshot=snap)).diagnoses[0]
+    top = run(LAB / "tp-divisibility.log", options=Options(gpu_snapshot=snap, this_host=True)).diagnoses[0]
     assert top.numbers["gpus_present"] == 2
     assert top.numbers["valid_tp_sizes"] == [1, 2]
 

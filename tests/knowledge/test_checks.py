@@ -93,9 +93,16 @@ def test_concurrency_budget_with_a_target():
 
 
 def test_the_phases_the_checks_read_are_the_declared_ones():
-    from vllm_doctor.knowledge.facts import CACHE_PHASES, SHUTDOWN_PHASES, WEIGHT_PHASES
+    from vllm_doctor.knowledge.facts import CACHE_PHASES, LIFE_PHASES, SHUTDOWN_PHASES, WEIGHT_PHASES
 
-    assert CACHE_PHASES | WEIGHT_PHASES | SHUTDOWN_PHASES == PHASES and "sampler_warmup" not in PHASES
+    assert CACHE_PHASES | WEIGHT_PHASES | SHUTDOWN_PHASES | LIFE_PHASES == PHASES and "sampler_warmup" not in PHASES
+
+
+def test_oom_phase_skips_the_lifetime_phases():
+    """A server_start or ready mark is where a lifetime stands, not a startup step an OOM can come in."""
+    facts = Facts()
+    facts.phases.extend([(2, 0, "weights_loading", None), (3, 0, "ready", None)])
+    assert run("oom_phase", facts=facts, match=at(5)).values["oom_phase"] == "weights"
 
 
 def _inputs():

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.data import Evidence
 from vllm_doctor.knowledge.contract import Check, CheckInput, CheckResult, Options, check
-from vllm_doctor.knowledge.facts import CACHE_PHASES, KV_NEAR_FULL_PCT, WEIGHT_PHASES
+from vllm_doctor.knowledge.facts import CACHE_PHASES, KV_NEAR_FULL_PCT, LIFE_PHASES, WEIGHT_PHASES
 from vllm_doctor.versions import version_tuple
 
 if TYPE_CHECKING:  # the model module loads only when a model is involved
@@ -399,7 +399,7 @@ def oom_phase(inp: CheckInput) -> CheckResult:
     phase = None
     where = match.evidence[0].source if match.evidence else 0
     for line, source, name, _process in inp.facts.phases:
-        if source == where and line <= match.first_line:
+        if source == where and line <= match.first_line and name not in LIFE_PHASES:
             phase = name  # the latest phase that began before the error
     if phase in WEIGHT_PHASES:
         return CheckResult({"oom_phase": "weights", "oom_phase_name": phase})

@@ -27,6 +27,10 @@ class Options:
     offline: bool = False  # --offline: never touch the network
     lookup_model: bool = False  # look up the log's model (the CLI turns this on; library callers opt in)
     gpu: bool = False  # take an NVML snapshot of this machine (the CLI does, unless --no-gpu)
+    # the log is from this machine (serve, --this-host): only then does the snapshot inform fixes;
+    # None decides from the log (its hostname, or a pid of it holding this machine's GPU memory)
+    this_host: bool | None = None
+    lifetime: int | None = None  # the server lifetime the report leads with (1-based); None: the latest
     # resolved by explain() before the checks run; None when unknown or skipped
     shape: ModelShape | None = None
     gpu_snapshot: GpuSnapshot | None = None

@@ -20,7 +20,9 @@ KV_NEAR_FULL_PCT = 80.0  # KV usage at or above this, with requests waiting, is 
 WEIGHT_PHASES = frozenset({"weights_loading"})
 CACHE_PHASES = frozenset({"weights_loaded", "profiling", "kv_cache_alloc", "graph_capture"})  # an OOM here: the cache
 SHUTDOWN_PHASES = frozenset({"shutdown_started", "shutdown_complete"})
-PHASES = WEIGHT_PHASES | CACHE_PHASES | SHUTDOWN_PHASES
+# a server's lifetime: where one starts (banner, arguments, engine banner) and that it became ready
+LIFE_PHASES = frozenset({"server_start", "ready"})
+PHASES = WEIGHT_PHASES | CACHE_PHASES | SHUTDOWN_PHASES | LIFE_PHASES
 
 # name -> type; dotted names nest in the JSON report ("kv_cache.tokens" -> facts.kv_cache.tokens)
 FACTS: dict[str, type] = {
@@ -213,6 +215,7 @@ class StatsSeries:
     idle_run: int = 0  # current run of consecutive waiting+idle samples (a stall, if it lasts)
     evidence: list[tuple[int, int, str]] = field(default_factory=list)  # (line, source, text)
     first_line: int | None = None
+    last: tuple[int, int, dict] | None = None  # the latest sample: (line, source, fields), what it did last
 
     def add(self, sample: dict[str, Any], line: int, source: int, text: str) -> None:
         if sample.get("preempted") is not None:  # a preemption warning, not a stats sample
@@ -221,6 +224,7 @@ class StatsSeries:
                 self.evidence.append((line, source, text))
             return
         self.samples += 1
+        self.last = (line, source, sample)
         running = sample.get("running")
         waiting = sample.get("waiting")
         kv = sample.get("kv_usage_pct")
@@ -268,7 +272,9 @@ STATS_PREFIX = "stats."
 
 def stats_names() -> frozenset[str]:
     """`stats.<aggregate>`: every StatsSeries field that is a number (flat() leaves out lists)."""
-    return frozenset(STATS_PREFIX + f.name for f in fields(StatsSeries) if not str(f.type).startswith("list"))
+    return frozenset(
+        STATS_PREFIX + f.name for f in fields(StatsSeries) if not str(f.type).startswith(("list", "tuple"))
+    )
 
 
 def fact_names() -> frozenset[str]:
@@ -322,7 +328,7 @@ class Facts:
         """Facts and stats aggregates by dotted name, for conditions and templates."""
         out = dict(self.values)
         for key, value in vars(self.stats).items():
-            if not isinstance(value, list):
+            if not isinstance(value, list | tuple):
                 out[f"stats.{key}"] = value
         return out
 

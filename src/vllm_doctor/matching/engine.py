@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from time import perf_counter
-from typing import Any
+from typing import Any, Protocol
 
 from vllm_doctor.data import Evidence, Line, Match, Rule
 from vllm_doctor.knowledge.facts import ARGS, STATS_FIELDS, Facts, convert, number
@@ -21,6 +21,13 @@ MAX_EVIDENCE = 6  # evidence lines kept per rule
 EVIDENCE_CHARS = 400
 REGEX_TIMEOUT = 1.0  # seconds one pattern may spend on one text (ReDoS guard)
 RULE_BUDGET = 5.0  # seconds one rule may spend matching over a whole input; then it is dropped
+
+
+class Router(Protocol):
+    """Where a match's facts go: one store per server lifetime (knowledge/lifetimes.py), so that
+    facts and matches never cross a restart. The engine only asks; it knows no lifetime."""
+
+    def route(self, rule: Rule, line: Line) -> tuple[Facts, dict[str, Match]]: ...
 
 
 class Engine:
@@ -36,10 +43,14 @@ class Engine:
                 by_anchor[anchors[a]].append(index)
         self.prefilter = Prefilter(anchors)
         self._by_anchor = by_anchor
+        # rules that mark a phase go first on a line: a restart's banner opens its lifetime before
+        # the same line's other facts (the version, the model) are recorded
+        self._order = {i: (r.phase is None, i) for i, r in enumerate(rules)}
         self._compiled: dict[int, list] = {}
         self.timeouts = 0
         self._spent: dict[int, float] = {}  # matching time per rule (a hostile log can make a
         self.dropped: list[str] = []  # slow pattern slow on every line: past RULE_BUDGET it stops)
+        self._router: Router | None = None
 
     def _patterns(self, index: int) -> list:
         compiled = self._compiled.get(index)
@@ -51,14 +62,16 @@ class Engine:
             self._compiled[index] = compiled
         return compiled
 
-    def run(self, lines: Iterable[Line], facts: Facts) -> dict[str, Match]:
-        """Feed every candidate line through the rules; returns diagnosis matches by rule id."""
+    def run(self, lines: Iterable[Line], facts: Facts, router: Router | None = None) -> dict[str, Match]:
+        """Feed every candidate line through the rules; returns diagnosis matches by rule id.
+        With a router, each match fills the facts and matches the router gives for its line."""
         matches: dict[str, Match] = {}
+        self._router = router
         covered: dict[int, tuple[int, int]] = {}  # rule index -> (source, last line used by a match)
         for prev, line, nexts in _neighbourhoods(lines):
             if not line.hit:
                 continue
-            candidates = sorted({r for a in line.anchors for r in self._by_anchor[a]})
+            candidates = sorted({r for a in line.anchors for r in self._by_anchor[a]}, key=self._order.__getitem__)
             for index in candidates:
                 done = covered.get(index)
                 floor = done[1] if done and done[0] == line.source else 0
@@ -113,6 +126,8 @@ class Engine:
 
     def _record(self, rule: Rule, found: list[dict[str, str]], window: list[Line], facts: Facts, matches) -> None:
         line = window[0]
+        if self._router is not None:
+            facts, matches = self._router.route(rule, line)
         for groups in found:
             _fill_facts(rule, groups, line, facts)
         if rule.kind == "fact":

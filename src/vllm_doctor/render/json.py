@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from vllm_doctor.data import Diagnosis, Evidence, Report
+from vllm_doctor.data import Diagnosis, Evidence, Life, Report
 
 SCHEMA = "vllm-doctor/report/1"
 
@@ -34,14 +34,42 @@ def _diagnosis(d: Diagnosis, report: Report) -> dict[str, Any]:
     }
 
 
-def to_dict(report: Report) -> dict[str, Any]:
+def _life(life: Life, report: Report) -> dict[str, Any]:
     return {
+        "index": life.index,
+        "started": life.started,
+        "ended": life.ended,
+        "outcome": life.outcome,
+        "status": life.report.status,
+        "ready": life.ready,
+        "ready_at": life.ready_at,
+        "last_phase": life.last_phase,
+        "end": life.end,
+        "note": life.note,
+        "last_stats": life.last_stats,
+        "lines": {"first": life.lines[0], "last": life.lines[1]},
+        "server": life.server,
+        "diagnoses": [_diagnosis(d, report) for d in life.report.diagnoses],
+        "facts": life.report.facts,
+    }
+
+
+def to_dict(report: Report) -> dict[str, Any]:
+    """The top level is the lifetime shown (the latest unless --lifetime N); `lifetimes` lists every
+    server start of the input with its own diagnoses and facts (additive to report/1)."""
+    out: dict[str, Any] = {
         "schema": SCHEMA,
-        "input": {"paths": report.paths, "lines": report.lines, "warnings": report.warnings},
+        "input": {"paths": report.paths, "lines": report.lines, "warnings": report.warnings, "empty": report.empty},
         "status": report.status,
         "diagnoses": [_diagnosis(d, report) for d in report.diagnoses],
         "facts": report.facts,
+        "lifetime": report.shown,
+        "lifetimes": [_life(life, report) for life in report.lifetimes],
     }
+    if report.crash_loop:
+        cause, first, last = report.crash_loop
+        out["crash_loop"] = {"cause": cause, "first": first, "last": last, "times": last - first + 1}
+    return out
 
 
 def render(report: Report, redact: bool = True) -> str:

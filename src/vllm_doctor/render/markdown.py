@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from vllm_doctor.data import Report
 from vllm_doctor.matching.expr import fmt
-from vllm_doctor.render.summary import capacity_line, describe_input, gpu_lines, headline, model_line, where, work_rows
+from vllm_doctor.render.summary import (
+    capacity_line,
+    describe_input,
+    earlier_lives,
+    gpu_lines,
+    headline,
+    model_line,
+    timeline,
+    where,
+    work_rows,
+)
 
 
 def render(report: Report, redact: bool = True) -> str:
@@ -12,9 +22,14 @@ def render(report: Report, redact: bool = True) -> str:
     out = [f"## vllm-doctor: {headline(report)}", "", f"**Input:** {describe_input(report)}", ""]
     for w in report.warnings:
         out += [f"> Note: {w}", ""]
+    lines = timeline(report)
+    if lines:
+        out += [f"**{lines[0]}**", ""] + [f"- {t}" for t in lines[1:]] + ([""] if lines[1:] else [])
+    for title, body in earlier_lives(report):
+        out += [f"### {title}", ""] + [f"- {b}" for b in body] + [""]
     cap = capacity_line(report)
     if not report.diagnoses:
-        out += ["No failure found in this log." if report.status == "healthy" else "No vLLM output recognised.", ""]
+        out += [_nothing(report), ""]
     for d in report.diagnoses:
         out += [f"### {d.severity.capitalize()}: {d.title}", ""]
         out += [f"`{d.category}` · rule `{d.rule}` · {d.confidence} confidence", "", d.summary, ""]
@@ -45,6 +60,14 @@ def render(report: Report, redact: bool = True) -> str:
 
         text = mask(text)
     return text
+
+
+def _nothing(report: Report) -> str:
+    if report.status == "healthy":
+        return "No failure found in this log."
+    if report.empty:
+        return "The input is empty."
+    return "No failure found, and no sign of why it stopped." if report.lifetimes else "No vLLM output recognised."
 
 
 def _markdown_work(report: Report) -> list[str]:

@@ -9,11 +9,53 @@ from vllm_doctor.matching.expr import fmt
 
 def headline(report: Report) -> str:
     top = next((d for d in report.diagnoses if d.severity != "info"), None)
+    if report.empty:
+        return "unknown: the input is empty (nothing to diagnose)"
     if top is None:
-        return {"healthy": "healthy: no failure found", "unknown": "no vLLM output recognised"}.get(
+        shown = _shown(report)
+        if report.status == "unknown" and shown is not None:
+            return f"unknown: {shown.outcome}, with no error and no sign of why"
+        text = {"healthy": "healthy: no failure found", "unknown": "unknown: no vLLM output recognised"}.get(
             report.status, report.status
         )
-    return f"{report.status}: {top.category} ({top.severity})"
+        return text + _after(report)
+    return f"{report.status}: {top.category} ({top.severity})" + _after(report)
+
+
+def _after(report: Report) -> str:
+    """What came before the start shown: " (start 3 of 3; 2 earlier starts failed)"."""
+    if len(report.lifetimes) < 2 or not report.shown:
+        return ""
+    failed = sum(1 for life in report.lifetimes[: report.shown - 1] if life.report.status == "failed")
+    where = f"start {report.shown} of {len(report.lifetimes)}"
+    return f" ({where}; {failed} earlier start{'s' if failed != 1 else ''} failed)" if failed else f" ({where})"
+
+
+def _shown(report: Report):
+    return report.lifetimes[report.shown - 1] if report.lifetimes and report.shown else None
+
+
+def timeline(report: Report) -> list[str]:
+    """The server's starts, one phrase each, when the input holds more than one (or the one ended
+    with no sign of why): "3 starts: #1 01:54 cache-oom, #2 01:58 port-in-use, #3 02:03 serving since 02:04"."""
+    lives = report.lifetimes
+    out: list[str] = []
+    if len(lives) > 1:
+        parts = [f"#{life.index} {_hhmm(life.started)} {life.outcome}" for life in lives]
+        out.append(f"{len(lives)} starts: " + ", ".join(parts))
+        if report.shown and report.shown != len(lives):
+            out.append(f"showing start #{report.shown} (--lifetime {report.shown}); the latest is #{len(lives)}")
+    if report.crash_loop:
+        cause, first, last = report.crash_loop
+        out.append(f"crash loop: starts #{first}-#{last} all failed with {cause} ({last - first + 1} times in a row)")
+    shown = _shown(report)
+    if shown is not None and shown.note:
+        out.append(f"start #{shown.index}: {shown.note}" if len(lives) > 1 else shown.note[:1].upper() + shown.note[1:])
+    return out
+
+
+def _hhmm(time: str | None) -> str:
+    return time[6:11] if time and len(time) >= 11 else "--:--"
 
 
 def describe_input(report: Report) -> str:
@@ -57,6 +99,10 @@ def gpu_lines(gpu: dict | None) -> list[str]:
     if not gpu.get("available"):
         return [f"GPU checks skipped: {gpu.get('reason')}"]
     out = []
+    if gpu.get("this_host") is False:
+        out.append(
+            "This machine's GPUs (not the log's machine: they inform no fix; --this-host if the log is from here):"
+        )
     for d in gpu.get("devices") or []:
         procs = ", ".join(
             f"{p['pid']} {p['name']} {'?' if p['used_mib'] is None else format(p['used_mib'], ',')} MiB"
@@ -93,3 +139,27 @@ def capacity_line(report: Report) -> str | None:
 def where(e: Evidence, report: Report, prefix: str = "") -> str:
     """An evidence line's place: `path:line` when several inputs were read, else the line number."""
     return f"{report.paths[e.source]}:{e.line}" if len(report.paths) > 1 else f"{prefix}{e.line}"
+
+
+def earlier_lives(report: Report) -> list[tuple[str, list[str]]]:
+    """With --lifetime all: each start other than the one shown, as a title and its diagnoses'
+    lines (headline, summary, first fix)."""
+    if not report.all_lifetimes:
+        return []
+    out = []
+    for life in report.lifetimes:
+        if life.index == report.shown:
+            continue
+        title = f"Start #{life.index} ({life.started or 'no time'}, lines {life.lines[0]}-{life.lines[1]}): "
+        title += f"{life.report.status}, {life.outcome}"
+        lines = []
+        for d in life.report.diagnoses:
+            if d.severity == "info":
+                continue
+            lines.append(f"{d.severity.upper()} {d.title} ({d.category}): {d.summary}")
+            if d.fixes:
+                lines.append(f"first fix: {d.fixes[0].action}")
+        if life.note:
+            lines.append(life.note)
+        out.append((title, lines))
+    return out

@@ -12,7 +12,17 @@ from typing import IO
 
 from vllm_doctor.data import Report
 from vllm_doctor.matching.expr import fmt
-from vllm_doctor.render.summary import capacity_line, describe_input, gpu_lines, headline, model_line, where, work_rows
+from vllm_doctor.render.summary import (
+    capacity_line,
+    describe_input,
+    earlier_lives,
+    gpu_lines,
+    headline,
+    model_line,
+    timeline,
+    where,
+    work_rows,
+)
 
 _STYLE = {"blocker": "bold white on red", "warning": "bold black on yellow", "info": "bold white on blue"}
 _STATUS = {"failed": "bold red", "degraded": "bold yellow", "healthy": "bold green", "unknown": "bold"}
@@ -33,9 +43,21 @@ def show(report: Report, file: IO[str] | None = None) -> None:
     console = Console(file=file, highlight=False, soft_wrap=True, no_color="NO_COLOR" in os.environ)
     print_ = console.print
     print_(f"[{_STATUS.get(report.status, 'bold')}]vllm-doctor: {escape(headline(report))}[/]")
+    if report.empty:
+        return  # one line: there is nothing else to say
     print_(f"[dim]{escape(describe_input(report))}[/]")
     for w in report.warnings:
         print_(f"[yellow]note:[/] {escape(w)}")
+    for t in timeline(report):
+        print_(f"[bold]{escape(t)}[/]")
+    for title, lines in earlier_lives(report):
+        print_()
+        print_(f"[bold]{escape(title)}[/]")
+        for line in lines:
+            print_(f"  {escape(line)}")
+    if report.all_lifetimes and len(report.lifetimes) > 1:
+        print_()
+        print_(f"[bold]Start #{report.shown} (shown in full):[/]")
     for d in report.diagnoses:
         print_()
         print_(

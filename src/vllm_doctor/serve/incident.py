@@ -47,7 +47,7 @@ def finish(w: Wrapper) -> None:
 
         # the model's config.json from its directory or the HF cache (never the network: the
         # server has just died, the report should not wait), and the GPUs as they were at the exit
-        options = Options(lookup_model=True, offline=True, gpu_snapshot=w.gpu_snapshot)
+        options = Options(lookup_model=True, offline=True, gpu_snapshot=w.gpu_snapshot, this_host=True)
         report = explain([str(w.capture_path)], load(list(opts.rules_dirs)), options)
         report.paths = ["server.log"]
     except Exception as e:
