@@ -7,7 +7,7 @@ import json
 
 from typer.testing import CliRunner
 
-from conftest import LAB
+from conftest import FIXTURES, LAB
 from vllm_doctor.capacity import gpu
 from vllm_doctor.cli import app
 from vllm_doctor.knowledge.checks import Options
@@ -144,3 +144,44 @@ def test_no_driver_on_the_machine_is_said_without_loading_nvml(monkeypatch):
     monkeypatch.setattr(gpu, "Nvml", lambda: (_ for _ in ()).throw(AssertionError("NVML loaded")))
     snap = gpu.snapshot()
     assert not snap.available and snap.reason.startswith("no NVIDIA driver here")
+
+
+def test_a_busy_local_gpu_changes_no_fix_of_a_foreign_log(run):
+    """The log is from another machine (nothing in it is this one's): this machine's GPUs are shown
+    apart and the fixes come from the log alone; with --this-host (or under serve) they inform them."""
+    snap = gpu.snapshot(FakeNvml())  # another process holds 20 GiB of GPU 0 here
+    log = FIXTURES / "logs" / "cache-oom" / "0.10.2_colour-real-esc-sequences.log"
+    plain = run(log, options=Options())
+    foreign = run(log, options=Options(gpu_snapshot=snap))
+    local = run(log, options=Options(gpu_snapshot=snap, this_host=True))
+
+    def fixes(report):
+        return [(f.action, f.value) for d in report.diagnoses for f in d.fixes]
+
+    assert fixes(foreign) == fixes(plain)
+    assert not any("Lower --gpu-memory-utilization to 0.72" in a for a, _ in fixes(foreign))
+    assert "Lower --gpu-memory-utilization to 0.72: other processes hold 20 GiB on this GPU" in [
+        a for a, _ in fixes(local)
+    ]
+    assert "gpu_free_utilization" not in foreign.diagnoses[0].numbers
+    facts = to_dict(foreign)["facts"]["gpu"]
+    assert facts["this_host"] is False and facts["devices"][0]["used_mib"] == 20480  # shown, apart
+    md = to_markdown(foreign)
+    assert "This machine's GPUs (not the log's machine: they inform no fix" in md
+    tp = LAB / "tp-divisibility.log"
+    assert any("--tensor-parallel-size 4" in a for a, _ in fixes(run(tp, options=Options(gpu_snapshot=snap))))
+    assert not any(
+        "--tensor-parallel-size 4" in a for a, _ in fixes(run(tp, options=Options(gpu_snapshot=snap, this_host=True)))
+    )
+
+
+def test_a_log_naming_a_pid_that_holds_this_gpu_is_this_hosts(run, tmp_path):
+    snap = gpu.snapshot(FakeNvml())
+    log = tmp_path / "here.log"
+    log.write_text(
+        (LAB / "tp-divisibility.log").read_text()
+        + "(EngineCore_DP0 pid=4242) INFO 11-30 01:54:00 [x.py:1] Using max model len 4096\n"
+    )
+    report = run(log, options=Options(gpu_snapshot=snap))
+    assert to_dict(report)["facts"]["gpu"]["this_host"] is True
+    assert report.diagnoses[0].numbers["gpus_present"] == 2

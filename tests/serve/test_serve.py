@@ -457,3 +457,17 @@ def test_gpu_snapshot_at_exit_goes_into_the_report(tmp_path, fake_bin, monkeypat
     data = json.loads((o.report_dir / "report.json").read_text())
     assert data["serve"]["gpu"]["devices"][0]["used_mib"] == 70000
     assert data["facts"]["gpu"]["devices"][0]["processes"][0]["pid"] == 4242
+
+
+def test_under_serve_this_machines_gpus_inform_the_fixes(tmp_path, fake_bin, monkeypatch):
+    """serve's log is this machine's by definition: a busy GPU here shapes the cache-oom fix."""
+    from vllm_doctor.capacity import gpu
+
+    busy = gpu.GpuDevice(0, "NVIDIA H100 80GB HBM3", 81559, 20480, 61079, [gpu.GpuProcess(4242, "python3", 20480)])
+    monkeypatch.setattr(gpu, "snapshot", lambda adapter=None: gpu.GpuSnapshot(True, None, [busy], "550.54.15", "12.4"))
+    log = LAB.parent / "logs" / "cache-oom" / "0.10.2_colour-real-esc-sequences.log"
+    o, _, _ = _in_process(tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=log, FAKE_END="exit:1")
+    data = json.loads((o.report_dir / "report.json").read_text())
+    assert data["facts"]["gpu"]["this_host"] is True
+    actions = [f["action"] for d in data["diagnoses"] for f in d["fixes"]]
+    assert "Lower --gpu-memory-utilization to 0.72: other processes hold 20 GiB on this GPU" in actions

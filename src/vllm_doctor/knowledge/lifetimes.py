@@ -49,6 +49,7 @@ PHASE_WORDS = {
     "profiling": "memory profiling",
     "kv_cache_alloc": "KV cache allocation",
     "graph_capture": "CUDA graph capture",
+    "kv_cache_sized": "startup, after the KV cache was sized",  # no phase line, the KV numbers printed
     READY: "serving",
     "shutdown_started": "shutdown",
     "shutdown_complete": "shutdown",
@@ -64,6 +65,7 @@ class Who:
     process: str | None
     time: str | None  # "11-30 01:53:24" as the log has it (no year)
     host: str | None
+    own_clock: bool = True  # the time is vLLM's own (not a collector's timestamp on the line)
 
 
 def who(line: Line) -> Who:
@@ -84,9 +86,11 @@ def who(line: Line) -> Who:
     elif "Started server process" in raw:
         u = _UVICORN_PID.search(raw)
         pid = int(u["pid"]) if u else None
-    t = _VLLM_TIME.search(raw, 0, 240) or _TIME.search(raw, 0, 200)
+    t = _VLLM_TIME.search(raw, 0, 240)
+    own = t is not None
+    t = t or _TIME.search(raw, 0, 200)
     time = f"{t['mo']}-{t['d']} {t['h']}:{t['m']}:{t['s']}" if t else None
-    return Who(container, pid, line.process, time, host)
+    return Who(container, pid, line.process, time, host, own)
 
 
 def seconds(time: str | None) -> int | None:
@@ -112,6 +116,7 @@ class Lifetime:
     last: tuple[int, int] | None = None
     pids: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
+    own_clock: bool = False  # started/ended are vLLM's own times (a collector's are used only without them)
 
     @property
     def ready(self) -> bool:
@@ -126,6 +131,11 @@ class Lifetime:
 
     def last_phase(self) -> str | None:
         phases = [p[2] for p in self.facts.phases]
+        if not any(p in _SHUTDOWN or p == READY for p in phases):  # numbers printed at a step mark it too
+            if self.facts.get("kv_cache.tokens") is not None or self.facts.get("kv_cache.gpu_blocks") is not None:
+                phases.append("kv_cache_sized")
+            elif self.facts.get("weights_gib") is not None and "weights_loaded" not in phases:
+                phases.append("weights_loaded")
         if self.facts.stats.samples and READY not in phases and not any(p in _SHUTDOWN for p in phases):
             phases.append(READY)
         return phases[-1] if phases else None
@@ -149,8 +159,8 @@ class Lifetimes:
             life.kinds.add(kind)
         elif life is None:
             life = self._open(w, superseded=None)  # output before any start: a lifetime cut at its head
-        if rule.phase == READY and life.ready_at is None:
-            life.ready_at = w.time or "?"
+        if rule.phase == READY and life.ready_at is None:  # uvicorn's lines carry no time: the last one seen
+            life.ready_at = (w.time if w.own_clock or not life.own_clock else life.ended) or life.ended or "?"
         self._touch(life, w, line)
         return life.facts, life.matches
 
@@ -188,7 +198,9 @@ class Lifetimes:
             life.first = where
         if life.last is None or where > life.last:
             life.last = where
-        if w.time:
+        if w.time and (w.own_clock or not life.own_clock):
+            if w.own_clock and not life.own_clock:  # vLLM's clock wins over a collector's from here on
+                life.own_clock, life.started = True, None
             life.started = life.started or w.time
             life.ended = w.time
         self._last[w.container] = life
@@ -203,6 +215,9 @@ class Lifetimes:
             if head is not None and not head.kinds and life is self._latest(life.container) and _thin(life):
                 _merge(head, life)
                 continue
+            if head is not None and not head.kinds and _prelude(head):
+                _merge(life, head, before=True)  # import-time warnings printed before the banner
+                out.remove(head)
             out.append(life)
         for i, life in enumerate(out, 1):
             life.index = i
@@ -220,18 +235,34 @@ def _thin(life: Lifetime) -> bool:
     )
 
 
-def _merge(into: Lifetime, other: Lifetime) -> None:
+def _prelude(life: Lifetime) -> bool:
+    """Output before any start with no progress and no blocker: what a start prints before its
+    banner (import warnings, a detected platform), not the tail of an earlier lifetime."""
+    stats = life.facts.stats
+    return not (stats.samples or stats.preemptions is not None or life.ready_at or life.facts.phases) and all(
+        m.rule.severity != "blocker" for m in life.matches.values()
+    )
+
+
+def _merge(into: Lifetime, other: Lifetime, before: bool = False) -> None:
+    """`other`'s facts, matches and lines into `into` (whose own facts win); `before`: other came first."""
     for name, value in other.facts.values.items():
         if name not in into.facts.values:
             into.facts.values[name] = value
             into.facts.where[name] = other.facts.where.get(name, 0)
+    for rule_id, match in other.matches.items():
+        into.matches.setdefault(rule_id, match)
     into.facts.phases.extend(other.facts.phases)
     into.kinds |= other.kinds
     into.pids |= other.pids
     into.hosts |= other.hosts
-    if other.last is not None and (into.last is None or other.last > into.last):
-        into.last = other.last
-    into.started = into.started or other.started
+    ends = [x for x in (into.first, into.last, other.first, other.last) if x is not None]
+    into.first, into.last = (min(ends), max(ends)) if ends else (None, None)
+    if before:
+        into.started = other.started or into.started
+    else:
+        into.started = into.started or other.started
+        into.ended = other.ended or into.ended
 
 
 def _restart(life: Lifetime, kind: tuple[str, str | None], w: Who) -> bool:
