@@ -80,6 +80,9 @@ class Rule:
     when: str | None = None
     fixes: list[Fix] = field(default_factory=list)
     references: list[str] = field(default_factory=list)
+    # its patterns compile in the linear-time subset (RE2, matching/linear.py): every rule from
+    # --rules; the built-in ones keep the regex module and the timed guard (matching/redos.py)
+    linear: bool = False
 
 
 @dataclass(slots=True)

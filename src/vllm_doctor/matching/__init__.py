@@ -1,5 +1,6 @@
 """matching/ owns the rules engine: loading and validating the rule files in rules/ (loader),
-the condition and template language they use (expr), the ReDoS guard (redos), matching candidate
+the condition and template language they use (expr), the linear-time subset (RE2) that --rules
+patterns compile in (linear), the ReDoS guard of the built-in patterns (redos), matching candidate
 lines, wrapped or split ones too (engine), and the documentation `rules show` prints (ruledoc).
 
 The engine knows nothing about vLLM: vLLM's wording lives in rules/*.toml. A new rule is a TOML

@@ -55,8 +55,9 @@ class Engine:
     def _patterns(self, index: int) -> list:
         compiled = self._compiled.get(index)
         if compiled is None:
+            linear = self.rules[index].linear  # a --rules pattern: RE2 (matching/linear.py)
             compiled = [
-                (compile_regex(p.regex), compile_regex(p.unless) if p.unless else None, p.level)
+                (compile_regex(p.regex, linear), compile_regex(p.unless, linear) if p.unless else None, p.level)
                 for p in self.rules[index].patterns
             ]
             self._compiled[index] = compiled

@@ -23,6 +23,11 @@ from vllm_doctor.matching.contract import _close, name_problems
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
 MIN_ANCHOR = 4
+# bounds on what one rule file can make the prefilter and the engine build (issue 10): far above
+# the built-in rules' (27 anchors of at most 71 characters, 6 patterns)
+MAX_ANCHOR = 256  # characters in one anchor (hyperscan refuses long literals)
+MAX_ANCHORS = 64
+MAX_PATTERNS = 32
 
 _RULE_KEYS = {
     "id", "kind", "category", "title", "severity", "confidence", "priority", "wrapper", "summary",
@@ -79,7 +84,8 @@ def load(dirs: Iterable[Path] | None = None, *, builtin: bool = True) -> list[Ru
 def load_file(path: Path, *, trusted: bool = False) -> Rule:
     """One rule file. `trusted` (the built-in rules, which the test suite checks in full with
     `rules check`) skips compiling the regexes here: the engine compiles each one on first use,
-    and most never are, which keeps the cold start of `explain` short."""
+    and most never are, which keeps the cold start of `explain` short. A file outside the
+    built-in rules compiles its patterns in the linear-time subset (matching/linear.py)."""
     return parse(_read_toml(path), path, trusted=trusted)
 
 
@@ -205,7 +211,13 @@ class _Problems:
             self.add(key, f"bad condition: {e}")
 
 
-def compile_regex(text: str):
+def compile_regex(text: str, linear: bool = False):
+    """A rule pattern compiled: by RE2 in the linear-time subset for a --rules rule (`linear`,
+    matching/linear.py; raises NotLinear), else by the regex module (the built-in rules)."""
+    if linear:
+        from vllm_doctor.matching.linear import compile_linear
+
+        return compile_linear(text)
     import regex
 
     return regex.compile(text, regex.VERSION0)
@@ -214,10 +226,32 @@ def compile_regex(text: str):
 _GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")
 
 
-def _group_names(text: str, trusted: bool = False) -> set[str]:
+def _checked_regex(text: str, key: str, rule: Rule, trusted: bool, out: _Problems) -> set[str] | None:
+    """The pattern's group names; None (and its problems) when it cannot be used.
+
+    A --rules pattern (rule.linear) must be in the linear-time subset, which bounds its size
+    and repeats before anything compiles; a built-in one compiles in the regex module and passes
+    the static ReDoS check (`rules check` times it too)."""
+    from vllm_doctor.matching.linear import NotLinear, length_problem
+
     if trusted:  # the names alone, without compiling (tests check this agrees for the built-ins)
         return set(_GROUP_NAME.findall(text))
-    return set(compile_regex(text).groupindex)
+    too_long = length_problem(text)
+    if too_long:  # first: no compiling or static check walks a megabyte pattern
+        out.add(key, too_long)
+        return None
+    try:
+        names = set(compile_regex(text, rule.linear).groupindex)
+    except NotLinear as e:
+        for problem in e.problems:
+            out.add(key, problem)
+        return None
+    except Exception as e:  # regex.error and friends: report, never crash
+        out.add(key, f"does not compile ({e})")
+        return None
+    if not rule.linear:
+        _no_catastrophic_backtracking(text, key, out)
+    return names
 
 
 def _no_catastrophic_backtracking(text: str, key: str, out: _Problems) -> None:
@@ -230,22 +264,36 @@ def _no_catastrophic_backtracking(text: str, key: str, out: _Problems) -> None:
         out.add(key, f"can backtrack catastrophically: {problems[0]}")
 
 
-def parse(data: dict, path: Path, *, trusted: bool = False) -> Rule:
+def parse(data: dict, path: Path, *, trusted: bool = False, linear: bool | None = None) -> Rule:
     """One rule from its TOML data; raises RuleError (every problem in `.problems`)."""
-    rule, problems = parse_all(data, path, trusted=trusted)
+    rule, problems = parse_all(data, path, trusted=trusted, linear=linear)
     if problems:
         problems[0].problems = problems
         raise problems[0]
     return rule
 
 
-def parse_all(data: dict, path: Path, *, trusted: bool = False) -> tuple[Rule, list[RuleError]]:
-    """The rule as far as it can be read, and every problem of it (for `rules check`)."""
+def parse_all(
+    data: dict, path: Path, *, trusted: bool = False, linear: bool | None = None
+) -> tuple[Rule, list[RuleError]]:
+    """The rule as far as it can be read, and every problem of it (for `rules check`).
+
+    `linear`: whether its patterns must be in the linear-time subset (RE2); by default every
+    rule but a trusted one or one from the built-in rules directory."""
     out = _Problems(path)
-    return _parse(data, path, trusted, out), out.items
+    if linear is None:
+        linear = not trusted and not _is_builtin(path)
+    return _parse(data, path, trusted, linear, out), out.items
 
 
-def _parse(data: dict, path: Path, trusted: bool, out: _Problems) -> Rule:
+def _is_builtin(path: Path) -> bool:
+    try:
+        return Path(path).resolve().is_relative_to(builtin_dir().resolve())
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def _parse(data: dict, path: Path, trusted: bool, linear: bool, out: _Problems) -> Rule:
     out.unknown_keys(data, _RULE_KEYS, "", "a rule key")
     rule_id = out.need(data, "id", str)
     if rule_id is not None and not _ID.match(rule_id):
@@ -258,7 +306,7 @@ def _parse(data: dict, path: Path, trusted: bool, out: _Problems) -> Rule:
     title = out.need(data, "title", str)
     explanation = out.need(data, "explanation", str)
     rule = Rule(id=rule_id or path.stem, kind=kind, title=title or "", explanation=(explanation or "").strip(),
-                path=str(path))  # fmt: skip
+                path=str(path), linear=linear)  # fmt: skip
     groups = _patterns(data, rule, trusted, out)
     _anchors(data, rule, out)
     _facts(data, rule, groups, out)
@@ -280,17 +328,18 @@ def _parse(data: dict, path: Path, trusted: bool, out: _Problems) -> Rule:
 def _patterns(data: dict, rule: Rule, trusted: bool, out: _Problems) -> set[str]:
     """The rule's patterns (into rule.patterns); returns the names of their groups."""
     groups: set[str] = set()
-    for key, p in out.tables(data, "patterns", _PATTERN_KEYS, "a pattern key"):
+    for n, (key, p) in enumerate(out.tables(data, "patterns", _PATTERN_KEYS, "a pattern key")):
+        if n >= MAX_PATTERNS:  # no more compiling: the rest are not read
+            out.add("patterns", f"has {len(data['patterns']):,} patterns: a rule may have at most {MAX_PATTERNS}")
+            break
         regex_text = out.need(p, "regex", str, prefix=f"{key}.")
         if regex_text is None:
             continue
-        try:
-            groups |= _group_names(regex_text, trusted)
-        except Exception as e:  # regex.error and friends: report, never crash
-            out.add(f"{key}.regex", f"does not compile ({e})")
+        names = _checked_regex(regex_text, f"{key}.regex", rule, trusted, out)
+        if names is None:  # refused; its names still count, so that no use of them is one more problem
+            groups |= set(_GROUP_NAME.findall(regex_text))
             continue
-        if not trusted:
-            _no_catastrophic_backtracking(regex_text, f"{key}.regex", out)
+        groups |= names
         for vkey in ("since", "until"):
             v = p.get(vkey)
             if v is not None and not (isinstance(v, str) and _VERSION.match(v)):
@@ -300,13 +349,11 @@ def _patterns(data: dict, rule: Rule, trusted: bool, out: _Problems) -> set[str]
             out.add(f"{key}.level", f"must be one of {', '.join(sorted(_LEVELS))}")
             level = None
         unless = p.get("unless")
-        if unless is not None and not trusted:
-            try:
-                compile_regex(unless)
-                _no_catastrophic_backtracking(unless, f"{key}.unless", out)
-            except Exception as e:
-                out.add(f"{key}.unless", f"does not compile ({e})")
-                unless = None
+        if unless is not None and not isinstance(unless, str):
+            out.add(f"{key}.unless", "must be a string")
+            unless = None
+        elif unless is not None and _checked_regex(unless, f"{key}.unless", rule, trusted, out) is None:
+            unless = None
         texts = {}
         for skey in ("source", "example"):
             texts[skey] = p.get(skey) if isinstance(p.get(skey), str) else None
@@ -323,9 +370,13 @@ def _anchors(data: dict, rule: Rule, out: _Problems) -> None:
     rule.anchors = anchors or []
     if rule.patterns and anchors == []:
         out.add("anchors", "is missing: a rule with patterns needs literal anchors")
+    if len(rule.anchors) > MAX_ANCHORS:
+        out.add("anchors", f"has {len(rule.anchors):,} anchors: a rule may have at most {MAX_ANCHORS}")
     for a in rule.anchors:
         if len(a) < MIN_ANCHOR:
             out.add("anchors", f"{a!r} is shorter than {MIN_ANCHOR} characters")
+        elif len(a) > MAX_ANCHOR:
+            out.add("anchors", f"{a[:30]!r}... is {len(a):,} characters long: an anchor may have at most {MAX_ANCHOR}")
     for i, p in enumerate(rule.patterns):
         if anchors and isinstance(p.example, str) and not any(a in p.example for a in rule.anchors):
             out.add(f"patterns[{i}].example", "holds none of the rule's anchors")

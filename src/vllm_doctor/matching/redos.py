@@ -1,6 +1,8 @@
-"""Catch rule patterns that backtrack catastrophically, before a hostile log line finds them.
+"""Catch built-in rule patterns that backtrack catastrophically, before a hostile line finds them.
 
-Two checks, both run by `vllm-doctor rules check` (and the first on every `--rules DIR` load):
+The built-in patterns compile in the regex module (some use lookarounds, which RE2 lacks); a
+--rules pattern compiles in RE2's linear-time subset instead (linear.py) and needs neither
+check. Two checks, both run by `vllm-doctor rules check rules/` (the test suite runs it):
 
 - static: nested quantifiers that can split the same text in more than one way (`(a+)+`,
   `(\\w+\\s?)*`: exponential) and adjacent unbounded quantifiers over overlapping characters
@@ -61,13 +63,14 @@ def _walk(seq: list, out: list[str], tail_can_fail: bool) -> None:
     """Check every repeat in seq; tail_can_fail: whether what comes after seq can still fail
     (once nothing can, no backtracking happens: the search has its match)."""
     seq = _flat(seq)
+    fails = _suffix_can_fail(seq)
     for i, (op, av) in enumerate(seq):
-        after_can_fail = tail_can_fail or _can_fail(seq[i + 1 :])
+        after_can_fail = tail_can_fail or fails[i + 1]
         if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
             lo, hi, body = av
             body = list(body)
             if hi == _c.MAXREPEAT:
-                _adjacent(seq, i, out, tail_can_fail)
+                _adjacent(seq, i, out, tail_can_fail, fails)
             if hi > 1 and not _possessive_body(body):
                 _nested(body, out)
             _walk(body, out, after_can_fail)
@@ -80,6 +83,15 @@ def _walk(seq: list, out: list[str], tail_can_fail: bool) -> None:
                 _walk(list(alt), out, after_can_fail)
         elif op in (_c.ASSERT, _c.ASSERT_NOT):
             _walk(list(av[1]), out, True)
+
+
+def _suffix_can_fail(seq: list) -> list[bool]:
+    """fails[i]: whether seq[i:] can fail, for every i, in one pass from the end (a slice and a
+    walk per position would make a long literal quadratic)."""
+    fails = [False] * (len(seq) + 1)
+    for i in range(len(seq) - 1, -1, -1):
+        fails[i] = fails[i + 1] or _can_fail(seq[i : i + 1])
+    return fails
 
 
 def _can_fail(seq: list) -> bool:
@@ -126,7 +138,7 @@ def _nested(body: list, out: list[str]) -> None:
 def _inner_repeats(seq: list, wrap: frozenset) -> Iterator[tuple[list, frozenset]]:
     """(body of each unbounded repeat inside seq, the characters that can follow it)."""
     for i, (op, av) in enumerate(seq):
-        follow, nullable = _first(seq[i + 1 :])
+        follow, nullable = _first(seq, i + 1)
         if nullable:
             follow = follow | wrap
         if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
@@ -141,7 +153,7 @@ def _inner_repeats(seq: list, wrap: frozenset) -> Iterator[tuple[list, frozenset
                 yield from _inner_repeats(list(alt), follow)
 
 
-def _adjacent(seq: list, i: int, out: list[str], tail_can_fail: bool) -> None:
+def _adjacent(seq: list, i: int, out: list[str], tail_can_fail: bool, fails: list[bool]) -> None:
     """An unbounded repeat followed (past optional parts) by another that can take the same
     characters: every split of a run between them is tried when what follows fails, for each
     start (polynomial backtracking)."""
@@ -149,7 +161,7 @@ def _adjacent(seq: list, i: int, out: list[str], tail_can_fail: bool) -> None:
     for j in range(i + 1, len(seq)):
         op, av = seq[j]
         if op in (_c.MAX_REPEAT, _c.MIN_REPEAT) and av[1] == _c.MAXREPEAT:
-            if last & _first(list(av[2]))[0] and (tail_can_fail or _can_fail(seq[j + 1 :])):
+            if last & _first(list(av[2]))[0] and (tail_can_fail or fails[j + 1]):
                 out.append(
                     "adjacent unbounded quantifiers over the same characters (like \\d+\\w* or "
                     ".*\\s*.*) followed by text that can fail: polynomial backtracking"
@@ -207,10 +219,11 @@ def _chars(seq: list) -> frozenset:
     return frozenset(out)
 
 
-def _first(seq: list) -> tuple[frozenset, bool]:
-    """(characters a sequence can start with, whether it can match the empty string)."""
+def _first(seq: list, start: int = 0) -> tuple[frozenset, bool]:
+    """(characters seq[start:] can start with, whether it can match the empty string)."""
     out: set[str] = set()
-    for op, av in seq:
+    for k in range(start, len(seq)):
+        op, av = seq[k]
         if op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT):
             first, nullable = _first(list(av[2]))
             out |= first

@@ -107,13 +107,14 @@ def _indent(text: str) -> str:
 
 def problems_in(rule: Rule) -> list[str]:
     """What loading does not catch: examples that their own pattern does not match, and
-    patterns that a hostile line makes backtrack for too long (timed: redos.probe)."""
+    built-in patterns that a hostile line makes backtrack for too long (timed: redos.probe).
+    A --rules pattern is in the linear-time subset (RE2): nothing to time."""
     from vllm_doctor.matching.redos import PROBE_BUDGET, PROBE_SIZE, probe
 
     out = []
     for i, p in enumerate(rule.patterns):
         for key, text in (("regex", p.regex), ("unless", p.unless)):
-            slow = probe(compile_regex(text), text, rule.anchors, p.example) if text else None
+            slow = probe(compile_regex(text), text, rule.anchors, p.example) if text and not rule.linear else None
             if slow:
                 what, took = slow
                 out.append(
@@ -122,9 +123,9 @@ def problems_in(rule: Rule) -> list[str]:
                     "repeats ({0,200} instead of * or +) or anchor them"
                 )
         if p.example is not None:
-            if not compile_regex(p.regex).search(p.example, timeout=1.0):
+            if not compile_regex(p.regex, rule.linear).search(p.example, timeout=1.0):
                 out.append(f"{rule.path}: key 'patterns[{i}].example': the pattern does not match its own example")
-            elif p.unless and compile_regex(p.unless).search(p.example, timeout=1.0):
+            elif p.unless and compile_regex(p.unless, rule.linear).search(p.example, timeout=1.0):
                 out.append(f"{rule.path}: key 'patterns[{i}].unless': voids the pattern's own example")
         for k, text in enumerate(p.counter_examples):
             hit = _matching_pattern(rule, text)
@@ -139,8 +140,8 @@ def _matching_pattern(rule: Rule, text: str) -> int | None:
     its `unless`), or None."""
     for j, p in enumerate(rule.patterns):
         try:
-            if compile_regex(p.regex).search(text, timeout=1.0) and not (
-                p.unless and compile_regex(p.unless).search(text, timeout=1.0)
+            if compile_regex(p.regex, rule.linear).search(text, timeout=1.0) and not (
+                p.unless and compile_regex(p.unless, rule.linear).search(text, timeout=1.0)
             ):
                 return j
         except TimeoutError:
