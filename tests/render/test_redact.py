@@ -222,7 +222,7 @@ def test_serve_report_directory_is_redacted(tmp_path):
     assert p.returncode == 1
     # the pass-through is the operator's own output: untouched
     assert p.stdout + p.stderr.split(b"vllm-doctor:")[0] != b""
-    d = tmp_path / "redacted"
+    (d,) = (tmp_path / "redacted").iterdir()
     assert {f.name for f in d.iterdir()} == {"report.md", "report.json", "server.log", "env.txt"}
     for f in d.iterdir():
         _clean(f.read_text(errors="replace"))
@@ -239,8 +239,9 @@ def test_serve_report_directory_is_redacted(tmp_path):
     assert MASK in json.dumps(data["serve"]["command"])
 
     p = run("--report-dir", "raw", "--no-redact")
-    assert SK in (tmp_path / "raw" / "server.log").read_text()
-    assert HF in (tmp_path / "raw" / "env.txt").read_text()
+    (raw,) = (tmp_path / "raw").iterdir()
+    assert SK in (raw / "server.log").read_text()
+    assert HF in (raw / "env.txt").read_text()
 
 
 def test_prose_with_secret_looking_words_is_left_alone():
