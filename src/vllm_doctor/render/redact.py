@@ -51,7 +51,10 @@ _NOT_DONE = r"(?!\[?['\"]?\[REDACTED\])"  # a value masked already (a known lite
 _QUOTED = r"'[^'\n]*'|\"[^\"\n]*\""
 _NO_EMPTY = r"(?!None\b|null\b|True\b|False\b)"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
-_QUICK = re.compile(r"(?i)hf_|bearer|key|token|secret|passw|authoriz|://|akia|asia|sk-")
+# a line without any of these (lower-cased) holds no form: most lines of a log are skipped by
+# a few substring searches, several times faster than one case-insensitive regex alternation;
+# the others run only the forms whose words they hold (Form.need)
+_QUICK = ("hf_", "key", "token", "secret", "passw", "bearer", "authoriz", "://", "akia", "asia", "sk-")
 _AFTER = frozenset(" \t\r\n'\"`|,;)]}>")  # what may follow a piece of a known value
 _BEFORE = frozenset(" \t\r\n'\"`|,;([{<=:")  # what may come before one
 
@@ -78,10 +81,30 @@ class Form:
     repl: Any
     example: str  # a line holding the form (tests/render/test_redact.py)
     secret: str  # the part of the example that must not survive
+    need: tuple[tuple[str, ...], ...]  # the lower-cased line holds one of each group, or no match
+
+    def applies(self, low: str) -> bool:
+        return all(any(q in low for q in group) for group in self.need)
+
+
+_NAMES = ("key", "token", "secret", "passw")
+_NEED = {
+    "bearer": (("bearer",),),
+    "authorization": (("authoriz",),),
+    "url-credentials": (("://",), ("@",)),
+    "flag": (("--",), _NAMES),
+    "dict-entry": (("'", '"'), _NAMES),
+    "assignment": (("=",), _NAMES),
+    "env-colon": ((":",), ("_token", "_key", "_secret", "_password")),
+    "secret-header": (("=", ":"), _NAMES),
+    "aws-key-id": (("akia", "asia"),),
+    "openai-key": (("sk-",),),
+    "hf-token": (("hf_",),),
+}
 
 
 def _form(name: str, pattern: str, repl: Any, example: str, secret: str) -> Form:
-    return Form(name, re.compile(pattern), repl, example, secret)
+    return Form(name, re.compile(pattern), repl, example, secret, _NEED[name])
 
 
 FORMS: list[Form] = [
@@ -198,10 +221,12 @@ def flag_values(args: Iterable[str]) -> list[str]:
 
 
 def _patterns(text: str) -> str:
-    if not _QUICK.search(text):
+    low = text.lower()
+    if not any(q in low for q in _QUICK):
         return text
     for form in FORMS:
-        text = form.pattern.sub(form.repl, text)
+        if form.applies(low):
+            text = form.pattern.sub(form.repl, text)
     return text
 
 

@@ -115,6 +115,13 @@ class ReportFiles:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         return os.fdopen(os.open(name, flags, 0o600, dir_fd=self._fd), "wb")
 
+    def remove(self, name: str) -> None:
+        """A part that failed half-way: gone rather than passed off as whole."""
+        try:
+            os.unlink(name, dir_fd=self._fd)
+        except OSError:
+            pass
+
     def close(self) -> None:
         os.close(self._fd)
 
@@ -143,6 +150,7 @@ def write_report(w: Wrapper, report, diag_error: str | None) -> tuple[Path | Non
                 shutil.copyfileobj(fin, fout, 1 << 20)
     except Exception as e:
         missing.append("server.log")
+        files.remove("server.log")
         o.internal_errors.append(f"server.log: {type(e).__name__}: {e}")
     version = report.facts.get("vllm_version") if report is not None else None
     parts = [
@@ -159,6 +167,7 @@ def write_report(w: Wrapper, report, diag_error: str | None) -> tuple[Path | Non
                 f.write(text.encode("utf-8"))
         except Exception as e:
             missing.append(name)
+            files.remove(name)
             o.internal_errors.append(f"{name}: {type(e).__name__}: {e}")
     files.close()
     return d, missing
