@@ -19,7 +19,6 @@ that is NaN, infinite or negative is read as missing, with a warning.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any, BinaryIO
 
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.read.httpget import Deadline, opener
 
 KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 QUEUE_TIME = "vllm:request_queue_time_seconds"
@@ -287,9 +287,9 @@ def fetch(source: str, timeout: float = DEFAULT_TIMEOUT) -> Scrape:
     import urllib.error
 
     url = metrics_url(source)
-    deadline = _Deadline(timeout)
+    deadline = Deadline(timeout)
     try:
-        with _opener(url, deadline).open(url, timeout=timeout) as r:
+        with opener(url, deadline, MetricsError).open(url, timeout=timeout) as r:
             scrape = _stream(r, url)
     except urllib.error.HTTPError as e:
         raise MetricsError(f"{url}: HTTP {e.code} {e.reason}") from None
@@ -316,66 +316,6 @@ def _stream(f: BinaryIO, source: str) -> Scrape:
             yield data
 
     return parse_chunks(chunks(), source)
-
-
-class _Deadline:
-    """Shuts the scrape's sockets when its time is up: a blocked read returns at once."""
-
-    def __init__(self, seconds: float):
-        self.expired = False
-        self.sockets: list[Any] = []
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _expire(self) -> None:
-        import socket
-
-        self.expired = True
-        for sock in self.sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-
-def _opener(url: str, deadline: _Deadline) -> Any:
-    """urllib with the scrape's sockets known to the deadline, and redirects followed only
-    to the same scheme, host and port (not to another machine, not to ftp://)."""
-    import urllib.request
-    from urllib.parse import urlsplit
-
-    def same_origin(a: str, b: str) -> bool:
-        x, y = urlsplit(a), urlsplit(b)
-        return (x.scheme, x.hostname, x.port) == (y.scheme, y.hostname, y.port)
-
-    class Redirects(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, req, fp, code, msg, headers, newurl):
-            if not same_origin(req.full_url, newurl):
-                fp.close()
-                raise MetricsError(f"{url}: redirected to {newurl}, another host or scheme; not followed")
-            return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-    def watched(klass: Any) -> Any:
-        class Watched(klass):
-            def connect(self) -> None:
-                super().connect()
-                deadline.sockets.append(self.sock)
-
-        return Watched
-
-    class Http(urllib.request.HTTPHandler):
-        def do_open(self, http_class, req, **kw):
-            return super().do_open(watched(http_class), req, **kw)
-
-    class Https(urllib.request.HTTPSHandler):
-        def do_open(self, http_class, req, **kw):
-            return super().do_open(watched(http_class), req, **kw)
-
-    return urllib.request.build_opener(Http, Https, Redirects)
 
 
 def sample(cur: Scrape, prev: Scrape | None = None) -> dict[str, Any]:
