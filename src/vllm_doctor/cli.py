@@ -257,7 +257,9 @@ def serve(
     ] = None,
     report_dir: Annotated[
         Optional[Path],
-        typer.Option("--report-dir", help="Write the incident report here (default: ./vllm-doctor-reports/<time>/)."),
+        typer.Option(
+            "--report-dir", help="Each incident in a new directory under this one (default: ./vllm-doctor-reports/)."
+        ),
     ] = None,
     always_report: Annotated[
         bool, typer.Option("--always-report", help="Write the report after a clean exit too.")

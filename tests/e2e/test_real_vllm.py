@@ -122,7 +122,7 @@ def test_failed_start_tp_divisibility(tmp_path):
     )
     print(f"tp-divisibility: exit {p.returncode} after {time.monotonic() - t0:.1f} s")
     assert p.returncode == 1, p.stderr.decode()[-3000:]
-    d = tmp_path / "incident"
+    (d,) = (tmp_path / "incident").iterdir()  # a new directory per incident
     assert {f.name for f in d.iterdir()} == {"report.md", "report.json", "server.log", "env.txt"}
     data = json.loads((d / "report.json").read_text())
     assert data["diagnoses"][0]["category"] == "tp-divisibility", data["diagnoses"][:1]
@@ -130,7 +130,7 @@ def test_failed_start_tp_divisibility(tmp_path):
     assert "tp-divisibility" in (d / "report.md").read_text()
     assert "vLLM: 0.32.0" in (d / "env.txt").read_text()
     assert b"must be divisible by tensor parallel size" in (d / "server.log").read_bytes()
-    assert b"tp-divisibility (blocker); incident report in incident/" in p.stderr
+    assert f"tp-divisibility (blocker); incident report in incident/{d.name}/".encode() in p.stderr
 
 
 def load(port: int, n: int, max_tokens: int, results: list) -> list[threading.Thread]:

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from conftest import LAB, ROOT
 from vllm_doctor.cli import app
-from vllm_doctor.render.redact import MASK, Redactor, is_secret_name, redact, secret_values
+from vllm_doctor.render.redact import FORMS, MASK, Redactor, flag_values, is_secret_name, redact, secret_values
 
 HF = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 HF2 = "hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa9876543210"
@@ -83,6 +83,60 @@ def test_patterns(line, kept):
 )
 def test_ordinary_lines_stay(line):
     assert redact(line) == line
+
+
+@pytest.mark.parametrize("form", FORMS, ids=lambda f: f.name)
+def test_each_form_of_the_library(form):
+    """Every form masks its own example, alone and among the others, line count kept."""
+    assert form.secret in form.example
+    out = redact(form.example)
+    assert form.secret not in out and MASK in out
+    assert form.pattern.sub(form.repl, form.example) != form.example  # this form, not another
+    two = f"{form.example}\nplain\n{form.example}"
+    assert redact(two).count("\n") == 2 and form.secret not in redact(two)
+
+
+@pytest.mark.parametrize(
+    ("line", "secret"),
+    [
+        ("git clone https://user:hunter2@hf.co/org/m", "hunter2"),
+        ("redis://:pw-0123456@cache:6379/0", "pw-0123456"),
+        ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCY"),
+        ("AWS_SECRET_ACCESS_KEY: wJalrXUtnFEMI/K7MDENG", "wJalrXUtnFEMI/K7MDENG"),
+        ("aws_access_key_id=AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+        ("password: hunter2hunter2", "hunter2hunter2"),
+        ('"password" = "hunter2 with spaces"', "hunter2 with spaces"),
+        ("passwd=hunter2", "hunter2"),
+        ("x-api-key: 0123456789abcdef", "0123456789abcdef"),
+        ("X-Api-Key:0123456789abcdef", "0123456789abcdef"),
+        ("api-key = 0123456789abcdef", "0123456789abcdef"),
+        ("client_secret: 's3cr3t value'", "s3cr3t value"),
+        ("\x1b[32mhf_AbCdEfGhIjKlMnOpQrStUvWxYz01\x1b[0m loaded", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01"),
+        ("\x1b[1m--api-key\x1b[0m sk-colour-0123456789", "sk-colour-0123456789"),
+        ('vllm serve /m --api-key "first second" --port 1', "second"),
+        ("vllm serve /m --api-key 'first second'", "second"),
+    ],
+)
+def test_issue_10_forms(line, secret):
+    out = redact(line)
+    assert secret not in out and MASK in out
+    assert out.count("\n") == line.count("\n")
+
+
+def test_a_known_value_split_over_two_lines():
+    r = Redactor([ENV_SECRET])
+    for cut in range(1, len(ENV_SECRET)):
+        text = f"a line ending in {ENV_SECRET[:cut]}\n{ENV_SECRET[cut:]} and the next one\nplain"
+        assert r.text(text) == f"a line ending in {MASK}\n{MASK} and the next one\nplain", cut
+    # a piece of 6 or more on its own (a report quotes one line of the two)
+    assert r.line(f"line 7: {ENV_SECRET[10:]} rest") == f"line 7: {MASK} rest"
+    assert r.line(f"line 6: ends with {ENV_SECRET[:10]}") == f"line 6: ends with {MASK}"
+
+
+def test_flag_values_become_known_values():
+    args = ["vllm", "serve", "/m", "--api-key", CLI_ONLY, f"--hf-token={HF}", "--api-key", "a b", "--port", "8"]
+    assert flag_values(args) == [CLI_ONLY, HF]  # "a b" is too short to mask on its own
+    assert Redactor(flag_values(args)).line(f"echo {CLI_ONLY}") == f"echo {MASK}"
 
 
 def test_literals_from_the_environment():
@@ -222,7 +276,7 @@ def test_serve_report_directory_is_redacted(tmp_path):
     assert p.returncode == 1
     # the pass-through is the operator's own output: untouched
     assert p.stdout + p.stderr.split(b"vllm-doctor:")[0] != b""
-    d = tmp_path / "redacted"
+    (d,) = (tmp_path / "redacted").iterdir()
     assert {f.name for f in d.iterdir()} == {"report.md", "report.json", "server.log", "env.txt"}
     for f in d.iterdir():
         _clean(f.read_text(errors="replace"))
@@ -239,8 +293,9 @@ def test_serve_report_directory_is_redacted(tmp_path):
     assert MASK in json.dumps(data["serve"]["command"])
 
     p = run("--report-dir", "raw", "--no-redact")
-    assert SK in (tmp_path / "raw" / "server.log").read_text()
-    assert HF in (tmp_path / "raw" / "env.txt").read_text()
+    (raw,) = (tmp_path / "raw").iterdir()
+    assert SK in (raw / "server.log").read_text()
+    assert HF in (raw / "env.txt").read_text()
 
 
 def test_prose_with_secret_looking_words_is_left_alone():

@@ -15,6 +15,8 @@ Told by environment variables:
   FAKE_ALL_STDOUT=1    replay every line to stdout
   FAKE_ORPHAN=1        start a child (argv[0] VLLM::EngineCore) that ignores SIGINT/SIGTERM and
                        sleeps, holding stdout and stderr, like vLLM's orphaned engine
+  FAKE_ESCAPE=1        start a child (argv[0] VLLM::Escaped) that calls setsid() (a session and
+                       process group of its own) and sleeps, holding stdout and stderr
   FAKE_READY=path      create this file once the replay is done
   FAKE_ARGV=path       write the arguments received here (one per line)
   FAKE_END=            how it ends:
@@ -113,6 +115,12 @@ def main() -> None:
         subprocess.Popen(
             ["bash", "-c", "trap '' INT TERM HUP; exec -a VLLM::EngineCore sleep 300"],
             stdin=subprocess.DEVNULL,
+        )
+    if env.get("FAKE_ESCAPE"):
+        subprocess.Popen(
+            ["bash", "-c", "trap '' INT TERM HUP; exec -a VLLM::Escaped sleep 300"],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     partial_at = int(env.get("FAKE_PARTIAL_AT", "0"))
     if env.get("FAKE_REPLAY"):

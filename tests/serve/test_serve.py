@@ -111,7 +111,7 @@ def test_failed_start_report_names_the_category(tmp_path, fake_bin):
         tmp_path, fake_bin, "--report-dir", "incident", FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1"
     )
     assert rc == 1
-    d = tmp_path / "incident"
+    (d,) = (tmp_path / "incident").iterdir()  # a new directory per incident under --report-dir
     data = json.loads((d / "report.json").read_text())
     assert data["schema"] == "vllm-doctor/report/1"
     assert data["diagnoses"][0]["category"] == "tp-divisibility"
@@ -120,7 +120,7 @@ def test_failed_start_report_names_the_category(tmp_path, fake_bin):
     assert (d / "server.log").read_bytes() == (LAB / "tp-divisibility.log").read_bytes()
     env = (d / "env.txt").read_text()
     assert "vLLM: 0.32.0" in env and "command:" in env and "exit: status 1" in env and "GPU:" in env
-    assert "tp-divisibility (blocker); incident report in incident/" in err.decode()
+    assert f"tp-divisibility (blocker); incident report in incident/{d.name}/\n" in err.decode()
 
 
 def test_always_report_after_a_clean_exit(tmp_path, fake_bin):

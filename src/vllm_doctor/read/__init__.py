@@ -3,6 +3,6 @@
 logread streams log files and stdin (gzip by magic bytes) in blocks, runs the prefilter (every
 rule's literal anchors, one pass over the whole buffer) and decodes only the candidate lines and
 their neighbours; lineparse undoes colour codes, launcher and collector prefixes; metrics fetches
-and parses a Prometheus exposition. A new log prefix goes in lineparse. May import data, errors,
+and parses a Prometheus exposition (over httpget: a total deadline, same-origin redirects). A new log prefix goes in lineparse. May import data, errors,
 cache, and knowledge.facts (the store a scrape fills); never matching, render, serve or cli.
 """

@@ -7,21 +7,51 @@ the sequence cap and from a stall whether the numbers came from a log or from /m
 The exposition is parsed with prometheus_client's parser, imported only here. Names follow
 shared/vllm-reference/metrics.md: KV usage is `vllm:kv_cache_usage_perc` (V1 0.9.2+) or
 `vllm:gpu_cache_usage_perc` (V0, V1 up to 0.11), a fraction 0-1; counters are exposed with `_total`.
+
+Bounded whatever the server sends: the body streams in pieces (at most MAX_BYTES in all, no
+line over MAX_LINE), only the samples this module reads go to the parser (MAX_SAMPLES at most;
+the first VALIDATE lines go too, so that a page that is not an exposition is still refused),
+a URL gets `timeout` seconds in all (connect, headers, body: a server dripping a byte at a
+time is cut off), and a redirect is followed only to the same scheme, host and port. A value
+that is NaN, infinite or negative is read as missing, with a warning.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.read.httpget import Deadline, opener
 
 KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 QUEUE_TIME = "vllm:request_queue_time_seconds"
-DEFAULT_TIMEOUT = 10.0
+DEFAULT_TIMEOUT = 10.0  # seconds for a whole scrape
+MAX_BYTES = 64 << 20  # a vLLM exposition is tens of KiB
+MAX_LINE = 1 << 20
+MAX_SAMPLES = 100_000  # samples of the names read here; more are not read
+VALIDATE = 1000  # lines parsed whatever they hold
+MAX_KEYS = 64  # engines and waiting reasons kept
+WANTED = frozenset(
+    (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_waiting_by_reason",
+        "vllm:num_requests_swapped",
+        *KV_NAMES,
+        "vllm:num_preemptions_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        QUEUE_TIME + "_bucket",
+        QUEUE_TIME + "_count",
+        QUEUE_TIME + "_sum",
+        "vllm:cache_config_info",
+    )
+)
 
 
 class MetricsError(DoctorError):
@@ -86,6 +116,8 @@ class Scrape:
     cache_config: dict[str, str] = field(default_factory=dict)
     model: str | None = None
     engines: set[str] = field(default_factory=set)
+    bad_values: dict[str, str] = field(default_factory=dict)  # name -> a value read as missing
+    skipped: int = 0  # samples past MAX_SAMPLES, not read
 
     @property
     def kv_usage_pct(self) -> float | None:
@@ -98,64 +130,135 @@ def _add(a: float | None, b: float) -> float:
 
 def parse(text: str, source: str = "", at: float | None = None) -> Scrape:
     """Read the vLLM numbers out of a Prometheus text exposition."""
-    try:
-        from prometheus_client.parser import text_string_to_metric_families
-    except ImportError as e:  # pragma: no cover - a declared dependency
-        raise MetricsError(f"prometheus_client is not installed ({e})") from None
-    s = Scrape(source=source, at=time.monotonic() if at is None else at, lines=text.count("\n"))
-    kv: dict[str, float] = {}
-    buckets: dict[float, float] = {}
-    hist = Histogram()
-    have_hist = False
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                name, labels, value = sample.name, sample.labels, float(sample.value)
-                if not name.startswith("vllm:"):
-                    continue
-                s.vllm_series += 1
-                if "engine" in labels:
-                    s.engines.add(labels["engine"])
-                if labels.get("model_name") and s.model is None:
-                    s.model = labels["model_name"]
-                if name == "vllm:num_requests_running":
-                    s.running = _add(s.running, value)
-                elif name == "vllm:num_requests_waiting":
-                    s.waiting = _add(s.waiting, value)
-                elif name == "vllm:num_requests_waiting_by_reason":
-                    reason = labels.get("reason", "unknown")
-                    s.waiting_by_reason[reason] = s.waiting_by_reason.get(reason, 0.0) + value
-                elif name == "vllm:num_requests_swapped":
-                    s.swapped = _add(s.swapped, value)
-                elif name in KV_NAMES:
-                    kv[name] = max(kv.get(name, 0.0), value)
-                elif name == "vllm:num_preemptions_total":
-                    s.preemptions_total = _add(s.preemptions_total, value)
-                elif name == "vllm:prompt_tokens_total":
-                    s.prompt_tokens_total = _add(s.prompt_tokens_total, value)
-                elif name == "vllm:generation_tokens_total":
-                    s.generation_tokens_total = _add(s.generation_tokens_total, value)
-                elif name == QUEUE_TIME + "_bucket":
-                    le = float(labels.get("le", "inf").replace("+Inf", "inf"))
-                    buckets[le] = buckets.get(le, 0.0) + value
-                    have_hist = True
-                elif name == QUEUE_TIME + "_count":
-                    hist.count += value
-                    have_hist = True
-                elif name == QUEUE_TIME + "_sum":
-                    hist.sum += value
-                elif name == "vllm:cache_config_info" and not s.cache_config:
-                    s.cache_config = {k: v for k, v in labels.items() if k not in ("engine", "model_name")}
-    except ValueError as e:
-        raise MetricsError(f"{source or 'metrics'}: not a Prometheus text exposition ({e})") from None
-    for name in KV_NAMES:  # the current name first; V0 and older V1 have only the old one
-        if name in kv:
-            s.kv_usage, s.kv_metric = kv[name], name
-            break
-    if have_hist:
-        hist.buckets = sorted(buckets.items())
-        s.queue_time = hist
-    return s
+    return parse_chunks([text], source, at)
+
+
+def parse_chunks(chunks: Iterable[str | bytes], source: str = "", at: float | None = None) -> Scrape:
+    """The same, from the exposition in pieces (a streamed body): memory stays flat."""
+    p = _Parser(Scrape(source=source, at=time.monotonic() if at is None else at))
+    for chunk in chunks:
+        p.feed(chunk.encode("utf-8", "replace") if isinstance(chunk, str) else chunk)
+    return p.finish()
+
+
+class _Parser:
+    def __init__(self, scrape: Scrape):
+        self.s = scrape
+        self.kv: dict[str, float] = {}
+        self.buckets: dict[float, float] = {}
+        self.hist = Histogram()
+        self.have_hist = False
+        self.partial = b""
+        self.batch: list[str] = []
+        self.wanted = 0
+
+    def feed(self, data: bytes) -> None:
+        data = self.partial + data
+        cut = data.rfind(b"\n") + 1
+        self.partial = data[cut:]
+        if len(self.partial) > MAX_LINE:
+            raise MetricsError(
+                f"{self.s.source or 'metrics'}: a line longer than {MAX_LINE >> 20} MiB; not an exposition"
+            )
+        for line in data[:cut].split(b"\n")[:-1]:
+            self._line(line)
+
+    def _line(self, line: bytes) -> None:
+        s = self.s
+        s.lines += 1
+        name = line.split(b"{", 1)[0].split(None, 1)[0] if line.startswith(b"vllm:") else b""
+        if name:
+            s.vllm_series += 1
+        if name.decode("utf-8", "replace") in WANTED:
+            self.wanted += 1
+            if self.wanted > MAX_SAMPLES:
+                s.skipped += 1
+                return
+        elif s.lines > VALIDATE:
+            return
+        self.batch.append(line.decode("utf-8", "replace"))
+        if len(self.batch) >= 4096:
+            self._parse()
+
+    def finish(self) -> Scrape:
+        if self.partial:
+            self._line(self.partial)
+            self.partial = b""
+        self._parse()
+        s = self.s
+        for name in KV_NAMES:  # the current name first; V0 and older V1 have only the old one
+            if name in self.kv:
+                s.kv_usage, s.kv_metric = self.kv[name], name
+                break
+        if self.have_hist:
+            self.hist.buckets = sorted(self.buckets.items())
+            s.queue_time = self.hist
+        return s
+
+    def _parse(self) -> None:
+        if not self.batch:
+            return
+        try:
+            from prometheus_client.parser import text_string_to_metric_families
+        except ImportError as e:  # pragma: no cover - a declared dependency
+            raise MetricsError(f"prometheus_client is not installed ({e})") from None
+        text = "\n".join(self.batch) + "\n"
+        self.batch = []
+        try:
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name.startswith("vllm:"):
+                        self._sample(sample.name, sample.labels, float(sample.value))
+        except ValueError as e:
+            raise MetricsError(f"{self.s.source or 'metrics'}: not a Prometheus text exposition ({e})") from None
+
+    def _sample(self, name: str, labels: dict[str, str], value: float) -> None:
+        s = self.s
+        if name not in WANTED:
+            return
+        if not math.isfinite(value) or value < 0:  # no count, usage or total is; read as missing
+            if len(s.bad_values) < MAX_KEYS:
+                s.bad_values.setdefault(name, str(value))
+            return
+        if "engine" in labels and len(s.engines) < MAX_KEYS:
+            s.engines.add(labels["engine"])
+        if labels.get("model_name") and s.model is None:
+            s.model = labels["model_name"][:500]
+        if name == "vllm:num_requests_running":
+            s.running = _add(s.running, value)
+        elif name == "vllm:num_requests_waiting":
+            s.waiting = _add(s.waiting, value)
+        elif name == "vllm:num_requests_waiting_by_reason":
+            reason = labels.get("reason", "unknown")
+            if reason in s.waiting_by_reason or len(s.waiting_by_reason) < MAX_KEYS:
+                s.waiting_by_reason[reason] = s.waiting_by_reason.get(reason, 0.0) + value
+        elif name == "vllm:num_requests_swapped":
+            s.swapped = _add(s.swapped, value)
+        elif name in KV_NAMES:
+            self.kv[name] = max(self.kv.get(name, 0.0), value)
+        elif name == "vllm:num_preemptions_total":
+            s.preemptions_total = _add(s.preemptions_total, value)
+        elif name == "vllm:prompt_tokens_total":
+            s.prompt_tokens_total = _add(s.prompt_tokens_total, value)
+        elif name == "vllm:generation_tokens_total":
+            s.generation_tokens_total = _add(s.generation_tokens_total, value)
+        elif name == QUEUE_TIME + "_bucket":
+            try:
+                le = float(labels.get("le", "inf").replace("+Inf", "inf"))
+            except ValueError:
+                return
+            if le in self.buckets or len(self.buckets) < MAX_KEYS:
+                self.buckets[le] = self.buckets.get(le, 0.0) + value
+                self.have_hist = True
+        elif name == QUEUE_TIME + "_count":
+            self.hist.count += value
+            self.have_hist = True
+        elif name == QUEUE_TIME + "_sum":
+            self.hist.sum += value
+        elif name == "vllm:cache_config_info" and not s.cache_config:
+            s.cache_config = {
+                k: v[:500] for k, v in list(labels.items())[:MAX_KEYS] if k not in ("engine", "model_name")
+            }
 
 
 def metrics_url(url: str) -> str:
@@ -173,26 +276,46 @@ def is_url(source: str) -> bool:
 
 
 def fetch(source: str, timeout: float = DEFAULT_TIMEOUT) -> Scrape:
-    """One scrape of a URL, or a saved exposition when `source` is a file path."""
+    """One scrape of a URL, or a saved exposition when `source` is a file path; at most
+    MAX_BYTES, and for a URL `timeout` seconds in all."""
     if not is_url(source):
         try:
-            text = Path(source).read_text(encoding="utf-8", errors="replace")
+            with open(source, "rb") as f:
+                return _stream(f, source)
         except OSError as e:
             raise MetricsError(f"{source}: cannot read ({e.strerror or e})") from None
-        return parse(text, source)
     import urllib.error
-    import urllib.request
 
     url = metrics_url(source)
+    deadline = Deadline(timeout)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - the operator's own server
-            text = r.read().decode("utf-8", "replace")
+        with opener(url, deadline, MetricsError).open(url, timeout=timeout) as r:
+            scrape = _stream(r, url)
     except urllib.error.HTTPError as e:
         raise MetricsError(f"{url}: HTTP {e.code} {e.reason}") from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
         raise MetricsError(f"{url}: cannot connect ({reason})") from None
-    return parse(text, url)
+    finally:
+        deadline.cancel()
+        if deadline.expired:  # the sockets were shut at the deadline: whatever came is not the page
+            raise MetricsError(f"{url}: no complete answer within {timeout:g} s") from None
+    return scrape
+
+
+def _stream(f: BinaryIO, source: str) -> Scrape:
+    """Parse a body as it arrives, refusing one larger than MAX_BYTES."""
+
+    def chunks():
+        total = 0
+        read = getattr(f, "read1", f.read)
+        while data := read(1 << 20):
+            total += len(data)
+            if total > MAX_BYTES:
+                raise MetricsError(f"{source}: more than {MAX_BYTES >> 20} MB; not a /metrics page")
+            yield data
+
+    return parse_chunks(chunks(), source)
 
 
 def sample(cur: Scrape, prev: Scrape | None = None) -> dict[str, Any]:
@@ -280,9 +403,15 @@ def warnings(last: Scrape) -> list[str]:
     """What the report should say about an exposition that is not (all) vLLM's."""
     if not last.vllm_series:
         return [f"{last.source}: no vllm:* metrics in this exposition; is it a vLLM server?"]
+    out = []
+    if last.bad_values:
+        shown = ", ".join(f"{k} = {v}" for k, v in list(last.bad_values.items())[:4])
+        out.append(f"{last.source}: values that are not a count or a usage read as missing ({shown})")
+    if last.skipped:
+        out.append(f"{last.source}: more than {MAX_SAMPLES:,} samples; {last.skipped:,} not read")
     if last.kv_usage is None:
-        return [f"{last.source}: neither {' nor '.join(KV_NAMES)} is exposed"]
-    return []
+        out.append(f"{last.source}: neither {' nor '.join(KV_NAMES)} is exposed")
+    return out
 
 
 def summary(scrapes: list[Scrape]) -> dict[str, Any]:

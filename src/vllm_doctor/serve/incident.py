@@ -4,10 +4,12 @@ server.log, env.txt), each part written on its own so that one failing leaves th
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from vllm_doctor.serve.options import ServeOptions
 
@@ -70,11 +72,11 @@ def finish(w: Wrapper) -> None:
         return
     if w.capture_path is None:
         return
-    o.report_dir = write_report(w, report, diag_error)
-    if o.report_dir is not None:
-        w.discard_capture()
+    o.report_dir, missing = write_report(w, report, diag_error)
     if o.report_dir is None:
         return
+    if "server.log" not in missing:  # the capture is deleted only once server.log holds it all
+        w.discard_capture()
     if report is not None and report.status in ("failed", "degraded"):
         from vllm_doctor.render.summary import headline
 
@@ -83,45 +85,72 @@ def finish(w: Wrapper) -> None:
         what = f"{o.bad_reasons[0] if o.bad_reasons else 'clean exit'}; no cause found in the output"
     else:
         what = f"could not diagnose ({diag_error})"
-    say(opts, f"vllm-doctor: {what}; incident report in {o.report_dir}/")
+    where = f"incident report in {o.report_dir}/"
+    if missing:
+        where += f" without {', '.join(missing)}" + (
+            f"; raw output in {w.capture_path}" if "server.log" in missing else ""
+        )
+    say(opts, f"vllm-doctor: {what}; {where}")
 
 
 def _report_dir(opts: ServeOptions) -> Path:
-    if opts.report_dir is not None:
-        d = Path(opts.report_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        return d
+    """A new directory for this incident under --report-dir (or REPORTS_ROOT): created the way
+    mkdtemp creates one (a fresh name, O_EXCL semantics, mode 0700), so a second incident never
+    overwrites the first and nothing planted in it beforehand can exist."""
+    root = Path(opts.report_dir) if opts.report_dir is not None else REPORTS_ROOT
+    root.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    REPORTS_ROOT.mkdir(parents=True, exist_ok=True)
-    for n in range(1, 1000):
-        d = REPORTS_ROOT / (stamp if n == 1 else f"{stamp}-{n}")
+    return Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=root))
+
+
+class ReportFiles:
+    """Files created in the report directory through a descriptor of it: never an existing
+    name, never through a symlink (O_EXCL | O_NOFOLLOW), mode 0600."""
+
+    def __init__(self, d: Path):
+        self.dir = d
+        self._fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+
+    def open(self, name: str) -> BinaryIO:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        return os.fdopen(os.open(name, flags, 0o600, dir_fd=self._fd), "wb")
+
+    def remove(self, name: str) -> None:
+        """A part that failed half-way: gone rather than passed off as whole."""
         try:
-            d.mkdir()
-            return d
-        except FileExistsError:
-            continue
-    raise OSError("no free report directory name")
+            os.unlink(name, dir_fd=self._fd)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
-def write_report(w: Wrapper, report, diag_error: str | None) -> Path | None:
-    """server.log first (the one thing that must exist), then env.txt, report.json, report.md."""
-    from vllm_doctor.render.redact import Redactor, secret_values
+def write_report(w: Wrapper, report, diag_error: str | None) -> tuple[Path | None, list[str]]:
+    """server.log first (the one thing that must exist), then env.txt, report.json, report.md.
+    Returns the directory and the files that could not be written."""
+    from vllm_doctor.render.redact import Redactor, flag_values, secret_values
 
     opts, o = w.opts, w.outcome
     try:
         d = _report_dir(opts)
+        files = ReportFiles(d)
     except OSError as e:
         say(
             opts, f"vllm-doctor: cannot create the report directory ({e.strerror or e}); raw output in {w.capture_path}"
         )
-        return None
-    red = Redactor(secret_values()) if opts.redact else None
+        return None, []
+    missing = []
+    red = Redactor(secret_values() + flag_values(w.argv)) if opts.redact else None
     try:
-        if red is not None:
-            red.copy_file(str(w.capture_path), str(d / "server.log"))
-        else:
-            shutil.copyfile(str(w.capture_path), d / "server.log")
+        with open(str(w.capture_path), "rb") as fin, files.open("server.log") as fout:
+            if red is not None:
+                red.copy(fin, fout)
+            else:
+                shutil.copyfileobj(fin, fout, 1 << 20)
     except Exception as e:
+        missing.append("server.log")
+        files.remove("server.log")
         o.internal_errors.append(f"server.log: {type(e).__name__}: {e}")
     version = report.facts.get("vllm_version") if report is not None else None
     parts = [
@@ -134,10 +163,14 @@ def write_report(w: Wrapper, report, diag_error: str | None) -> Path | None:
             text = make()
             if red is not None and name != "report.json":
                 text = red.text(text)
-            (d / name).write_text(text, encoding="utf-8")
+            with files.open(name) as f:
+                f.write(text.encode("utf-8"))
         except Exception as e:
+            missing.append(name)
+            files.remove(name)
             o.internal_errors.append(f"{name}: {type(e).__name__}: {e}")
-    return d
+    files.close()
+    return d, missing
 
 
 def serve_section(w: Wrapper, diag_error: str | None) -> dict[str, Any]:
@@ -214,7 +247,7 @@ def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
         out.append(
             f"- **Outlived vLLM:** pid {s['pid']} `{s['command']}` ({'killed' if s['killed'] else 'could not be killed'})"
         )
-    out.append(f"- **Command:** `{' '.join(w.argv)}`")
+    out.append(f"- **Command:** `{shlex.join(w.argv)}`")
     from vllm_doctor.render.summary import gpu_lines
 
     out += ["- **GPU at exit:**"] + [f"  - {line}" for line in gpu_lines(w.gpu) or ["not taken"]]
@@ -231,7 +264,7 @@ def env_text(w: Wrapper, version: str | None) -> str:
     lines = [
         f"vllm-doctor {__version__}",
         f"vLLM: {version or _vllm_version(w.argv[0] if w.argv else None) or 'unknown'}",
-        f"command: {' '.join(w.argv)}",
+        f"command: {shlex.join(w.argv)}",
         f"exit: status {o.status}"
         + (f" ({o.signal})" if o.signal else "")
         + (", SIGKILL after the grace period" if o.escalated else ""),

@@ -14,7 +14,7 @@ TAG = "[vllm-doctor]"
 class ServeOptions:
     vllm_args: list[str]  # MODEL and the `vllm serve` arguments
     vllm_bin: str | None = None  # default: `vllm` on PATH
-    report_dir: Path | None = None  # default: REPORTS_ROOT/<timestamp>
+    report_dir: Path | None = None  # each incident in a new <time>-<random>/ under it (default: REPORTS_ROOT)
     always_report: bool = False
     log_file: Path | None = None  # keep the raw capture here (default: a temporary file)
     grace: float = 30.0  # seconds after the first forwarded signal before SIGKILL

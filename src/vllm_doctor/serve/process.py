@@ -1,5 +1,12 @@
 """vLLM's processes: started in a process group of their own, signalled as a group, and
-whatever outlives the main process reaped and named (Linux /proc; elsewhere the group)."""
+whatever outlives the main process reaped and named (Linux /proc; elsewhere the group).
+
+A descendant can leave the group (setsid(), setpgid()); on Linux the wrapper is a child
+subreaper (PR_SET_CHILD_SUBREAPER), so such a process, once its parent is gone, becomes the
+wrapper's child instead of init's, and `family` finds it by walking parent links down from
+the wrapper. The child gets PR_SET_PDEATHSIG: if the wrapper is killed (SIGKILL, the OOM
+killer), vLLM receives SIGTERM and shuts its engine down as on a Ctrl-C.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,50 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+DEATH_SIGNAL = signal.SIGTERM  # vLLM's own shutdown: it stops its EngineCore and workers
+
+
+def _prctl() -> Any:
+    """libc's prctl, looked up before any fork (Linux), else None."""
+    if sys.platform != "linux":
+        return None
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).prctl
+        fn.restype = ctypes.c_int
+        return fn
+    except (OSError, AttributeError):
+        return None
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants of this process become its children, not init's (Linux)."""
+    prctl = _prctl()
+    return bool(prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+
+
+def _death_signal(prctl: Any, parent: int) -> Any:
+    """The child's preexec: DEATH_SIGNAL once the wrapper dies; at once when it already has."""
+    if prctl is None:
+        return None
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0)
+        if os.getppid() != parent:  # the wrapper died between fork and prctl
+            os.kill(os.getpid(), DEATH_SIGNAL)
+
+    return preexec
 
 
 def start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     """The child with its output on two pipes (raises OSError when it cannot run)."""
+    become_subreaper()
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -24,6 +70,7 @@ def start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         # session is a new scheduler autogroup on Linux, and on a small machine a busy vLLM
         # in one starves everything else (seen here: a 10 s stall of a /metrics scraper)
         process_group=0,
+        preexec_fn=_death_signal(_prctl(), os.getpid()),
     )
     for pipe in (proc.stdout, proc.stderr):
         widen_pipe(pipe.fileno() if pipe is not None else -1)
@@ -57,28 +104,86 @@ def signal_group(pid: int, signum: int, waited: bool = False) -> None:
             pass
 
 
-def group_members(pgid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the live processes of a process group, from /proc (Linux)."""
-    out: list[tuple[int, str]] = []
+def _table() -> dict[int, tuple[int, int, str, str]]:
+    """pid -> (parent pid, process group, state, name) of every process in /proc (Linux)."""
+    out: dict[int, tuple[int, int, str, str]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
         return out
     for d in entries:
-        if not d.isdigit() or int(d) == os.getpid():
+        if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/stat", "rb") as f:
                 st = f.read().decode("utf-8", "replace")
             fields = st[st.rindex(")") + 2 :].split()
-            if int(fields[2]) != pgid or fields[0] in ("Z", "X"):
-                continue
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-            out.append((int(d), cmd[:200] or st[st.index("(") + 1 : st.rindex(")")]))
+            out[int(d)] = (int(fields[1]), int(fields[2]), fields[0], st[st.index("(") + 1 : st.rindex(")")])
         except (OSError, ValueError, IndexError):
             continue
     return out
+
+
+def _command(pid: int, name: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        cmd = ""
+    return cmd[:200] or name
+
+
+def children() -> set[int]:
+    """The pids of this process's children (Linux /proc)."""
+    me = os.getpid()
+    return {pid for pid, row in _table().items() if row[0] == me}
+
+
+def group_members(pgid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes of a process group, from /proc (Linux)."""
+    me = os.getpid()
+    return [
+        (pid, _command(pid, name))
+        for pid, (_ppid, pgrp, state, name) in sorted(_table().items())
+        if pgrp == pgid and pid != me and state not in ("Z", "X")
+    ]
+
+
+def family(pgid: int, exclude: Iterable[int] = ()) -> list[tuple[int, str, bool]]:
+    """(pid, command line, left the group) of what is left of vLLM: its process group, and the
+    descendants of this process that are not in it (those that called setsid(); orphans come
+    to us as the subreaper). `exclude`: our own children that are not vLLM's. Zombies among
+    our children other than the group leader are collected on the way."""
+    table = _table()
+    me = os.getpid()
+    skip = set(exclude) | {me}
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _pgrp, _state, _name) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    below, todo = set(), [p for p in kids.get(me, []) if p not in skip]
+    while todo:
+        p = todo.pop()
+        if p not in below:
+            below.add(p)
+            todo += kids.get(p, [])
+    out = []
+    for pid in sorted(below | {p for p, row in table.items() if row[1] == pgid}):
+        ppid, pgrp, state, name = table[pid]
+        if pid in skip:
+            continue
+        if state in ("Z", "X"):
+            if ppid == me and pid != pgid:  # an orphan that died as our child
+                _collect(pid)
+            continue
+        out.append((pid, _command(pid, name), pgrp != pgid))
+    return out
+
+
+def _collect(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except OSError:
+        pass
 
 
 def group_alive(pgid: int) -> bool:
@@ -91,19 +196,20 @@ def group_alive(pgid: int) -> bool:
         return True
 
 
-def reap(pgid: int) -> tuple[list[dict[str, Any]], str | None]:
-    """Kill whatever is left of vLLM's process group (EngineCore, Worker, resource_tracker).
+def reap(pgid: int, exclude: Iterable[int] = ()) -> tuple[list[dict[str, Any]], str | None]:
+    """Kill whatever is left of vLLM: its process group (EngineCore, Worker, resource_tracker)
+    and the descendants that left it.
 
-    Returns the survivors ({pid, command, killed}) and the line that names them (None when
-    nothing was left)."""
-    left = group_members(pgid)
+    Returns the survivors ({pid, command, killed, left_group}) and the line that names them
+    (None when nothing was left)."""
+    left = family(pgid, exclude)
     if not left and sys.platform == "linux":
         return [], None
     if not left and group_alive(pgid):
-        left = [(0, f"process group {pgid}")]
+        left = [(0, f"process group {pgid}", False)]
     if not left:
         return [], None
-    for p, _cmd in left:
+    for p, _cmd, _out in left:
         if p:
             try:
                 os.kill(p, signal.SIGKILL)
@@ -111,15 +217,23 @@ def reap(pgid: int) -> tuple[list[dict[str, Any]], str | None]:
                 pass
     signal_group(pgid, signal.SIGKILL, waited=True)
     time.sleep(0.1)
-    still = {p for p, _ in group_members(pgid)}
-    survivors = [{"pid": p or None, "command": cmd, "killed": p not in still} for p, cmd in left]
+    for p, _cmd, _out in left:
+        if p:
+            _collect(p)  # those that came to us as the subreaper
+    still = {p for p, _, _ in family(pgid, exclude)}
+    survivors = [
+        {"pid": p or None, "command": cmd, "killed": p not in still, "left_group": out} for p, cmd, out in left
+    ]
     return survivors, survivors_line(left, still)
 
 
-def survivors_line(left: list[tuple[int, str]], still: set[int]) -> str:
-    names = ", ".join(f"pid {p} {cmd.split(' ')[0] or '?'}" if p else cmd for p, cmd in left[:6])
+def survivors_line(left: list[tuple[int, str, bool]], still: set[int]) -> str:
+    names = ", ".join(
+        (f"pid {p} {cmd.split(' ')[0] or '?'}" + (" (had left the process group)" if out else "")) if p else cmd
+        for p, cmd, out in left[:6]
+    )
     more = f" and {len(left) - 6} more" if len(left) > 6 else ""
-    failed = [p for p, _ in left if p in still]
+    failed = [p for p, _, _ in left if p in still]
     tail = f"; {len(failed)} could not be killed" if failed else ""
     them = "them" if len(left) > 1 else "it"
     return (

@@ -38,6 +38,7 @@ class Wrapper:
         self.gpu_snapshot: Any = None  # gpu.GpuSnapshot, handed to the diagnosis
         self.argv: list[str] = []
         self.env: dict[str, str] = {}
+        self.ours: set[int] = set()  # our children from before vLLM's (not vLLM's to reap)
 
     @property
     def capture_path(self) -> Path | None:
@@ -76,6 +77,7 @@ class Wrapper:
         self.env = env
         self.outcome.started = time.time()
         self.signals.install()
+        self.ours = process.children()
         self.proc = process.start(self.argv, env)
         self.signals.pid = self.proc.pid
         self.signals.account(self._exited)  # a signal that came while the child was starting
@@ -142,7 +144,7 @@ class Wrapper:
                         continue
                     exited_at = now
                     self._at_exit()
-                if not pump.open and (reaped_at is not None or not process.group_members(proc.pid)):
+                if not pump.open and (reaped_at is not None or not process.family(proc.pid, self.ours)):
                     break  # every writer of the pipes is gone
                 if reaped_at is None and now - exited_at >= self.opts.reap_wait:
                     self._reap()  # leftovers: kill them, then drain what they wrote
@@ -185,7 +187,7 @@ class Wrapper:
             self.gpu = {"available": False, "reason": f"internal error: {type(e).__name__}: {e}"}
 
     def _reap(self) -> None:
-        survivors, line = process.reap(self.proc.pid)
+        survivors, line = process.reap(self.proc.pid, self.ours)
         self.outcome.survivors += survivors
         if line:
             self.note(f"{TAG} {line}")

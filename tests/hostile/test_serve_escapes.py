@@ -1,0 +1,100 @@
+"""Class 7 of issue 10: processes that escape the wrapper. A descendant that calls setsid()
+leaves vLLM's process group, so a group signal misses it: it is still reaped and named. A
+wrapper that is SIGKILLed cannot forward anything: vLLM is stopped by PR_SET_PDEATHSIG."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import LAB, ROOT
+
+FAKE = ROOT / "tests" / "serve" / "fakevllm.py"
+linux = pytest.mark.skipif(sys.platform != "linux", reason="/proc and prctl are Linux's")
+
+
+@pytest.fixture
+def fake_bin(tmp_path):
+    path = tmp_path / "vllm"
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def _env(**fake):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
+    env.update({k: str(v) for k, v in fake.items()})
+    return env
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _wait(cond, timeout=20.0, what=""):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, what
+        time.sleep(0.05)
+
+
+@linux
+def test_a_descendant_that_called_setsid_is_reaped_and_named(tmp_path, fake_bin):
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-m", "vllm_doctor", "serve", "--vllm-bin", str(fake_bin), "--reap-wait", "1", "--", "m"],
+        cwd=tmp_path,
+        env=_env(FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1", FAKE_ESCAPE=1),
+        capture_output=True,
+        timeout=60,
+    )
+    took = time.monotonic() - t0
+    assert p.returncode == 1
+    assert b"VLLM::Escaped (had left the process group)" in p.stderr
+    (d,) = (tmp_path / "vllm-doctor-reports").iterdir()
+    survivors = json.loads((d / "report.json").read_text())["serve"]["survivors"]
+    (s,) = [s for s in survivors if "VLLM::Escaped" in s["command"]]
+    assert s["killed"] and s["left_group"]
+    assert not _alive(s["pid"])
+    assert took < 15  # reaped after --reap-wait, not left holding the pipes until the drain gives up
+
+
+@linux
+def test_a_sigkilled_wrapper_stops_vllm(tmp_path, fake_bin):
+    ready = tmp_path / "ready"
+    w = subprocess.Popen(
+        [sys.executable, "-m", "vllm_doctor", "serve", "--vllm-bin", str(fake_bin), "--", "m"],
+        cwd=tmp_path,
+        env=_env(FAKE_END="wait", FAKE_READY=ready),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait(ready.exists, what="the child never started")
+        kids = Path(f"/proc/{w.pid}/task/{w.pid}/children").read_text().split()
+        (child,) = [int(k) for k in kids]
+        assert _alive(child)
+        w.send_signal(signal.SIGKILL)
+        w.wait(10)
+        _wait(lambda: not _alive(child), what="vLLM outlived its SIGKILLed wrapper")
+    finally:
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+
+
+def test_death_signal_is_a_no_op_without_prctl():
+    from vllm_doctor.serve import process
+
+    assert process._death_signal(None, os.getpid()) is None
