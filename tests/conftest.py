@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,10 @@ from vllm_doctor.knowledge import contract
 from vllm_doctor.matching.loader import load as load_rules
 from vllm_doctor.pipeline import explain
 
+# the unit suite (and the commands it runs) keeps its derived-data cache apart from the user's;
+# the e2e tier keeps the real one, which vLLM's own caches live under too
+if not os.environ.get("VLLM_DOCTOR_E2E_VENV"):
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="vllm-doctor-tests-")
 contract.STRICT = True  # a check that reads or returns an undeclared name fails the test that ran it
 
 ROOT = Path(__file__).resolve().parents[1]
