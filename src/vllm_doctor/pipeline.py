@@ -29,10 +29,9 @@ def explain(paths: list[str], rules: list[Rule] | None = None, options: Options 
     facts = Facts()
     matches = engine.run(logread.read(paths, engine.prefilter, stats), facts)
     warnings = list(stats.warnings)
-    if engine.dropped:
-        warnings.append(f"rules dropped for matching too slowly on this input: {', '.join(engine.dropped)}")
-    if engine.timeouts > len(engine.dropped):
-        warnings.append(f"{engine.timeouts - len(engine.dropped)} pattern match(es) gave up after the regex time limit")
+    if engine.skipped:
+        slow = ", ".join(f"{rule} ({n})" for rule, n in sorted(engine.skipped.items()))
+        warnings.append(f"rules that hit the regex time limit skipped those lines only (lines skipped): {slow}")
     recognised = bool(facts.values or facts.stats.samples or matches)
     return build(rules, facts, matches, options, paths=list(paths), lines=stats.lines, warnings=warnings,
                  recognised=recognised)  # fmt: skip

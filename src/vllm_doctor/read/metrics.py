@@ -180,6 +180,7 @@ def fetch(source: str, timeout: float = DEFAULT_TIMEOUT) -> Scrape:
         except OSError as e:
             raise MetricsError(f"{source}: cannot read ({e.strerror or e})") from None
         return parse(text, source)
+    import http.client
     import urllib.error
     import urllib.request
 
@@ -189,6 +190,8 @@ def fetch(source: str, timeout: float = DEFAULT_TIMEOUT) -> Scrape:
             text = r.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
         raise MetricsError(f"{url}: HTTP {e.code} {e.reason}") from None
+    except http.client.HTTPException as e:  # a server that breaks HTTP: no status line, a short body, ...
+        raise MetricsError(f"{url}: not a valid HTTP response ({type(e).__name__}: {e})") from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
         raise MetricsError(f"{url}: cannot connect ({reason})") from None
