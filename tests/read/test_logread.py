@@ -27,10 +27,12 @@ def naive(data: bytes, anchors: list[str]) -> tuple[list[tuple], int]:
         data = gzip.decompress(data)
     first = data[: min(logread.BLOCK, logread.FIRST_BLOCK)]
     lf, bare_cr = first.count(b"\n"), first.count(b"\r") - first.count(b"\r\n")
+    bars = max(first.count(b"/s]"), first.count(b"s/it]"), first.count(b"%|"))
     if (
         (len(first) == len(data) or len(first) >= source.CR_SAMPLE)
         and bare_cr > 8 * lf
         and lf * source.LONG_LINE < len(first)
+        and 2 * bars < bare_cr
     ):
         data = data.replace(b"\r", b"\n")  # CR-only input: each CR ends a line
     lines = data.split(b"\n")

@@ -285,7 +285,7 @@ def _spans(data: bytes | bytearray, end: int, pf: Prefilter) -> list[tuple[int, 
                 continue
         begin = hit_end - pf.lengths[anchor]
         cr = data.rfind(b"\r", max(0, hit_end - WINDOW), begin)
-        s = max(cr + 1, hit_end - WINDOW, spans[-1][1] - 2 * MARGIN if spans else 0)
+        s = max(cr + 1, hit_end - WINDOW, min(spans[-1][1] - 2 * MARGIN, begin - MARGIN) if spans else 0)
         cr = data.find(b"\r", hit_end, min(end, s + 2 * WINDOW))
         spans.append((s, cr if cr >= 0 else min(end, s + 2 * WINDOW), [anchor]))
     return spans

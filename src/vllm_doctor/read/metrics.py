@@ -191,7 +191,8 @@ def fetch(source: str, timeout: float = DEFAULT_TIMEOUT) -> Scrape:
     except urllib.error.HTTPError as e:
         raise MetricsError(f"{url}: HTTP {e.code} {e.reason}") from None
     except http.client.HTTPException as e:  # a server that breaks HTTP: no status line, a short body, ...
-        raise MetricsError(f"{url}: not a valid HTTP response ({type(e).__name__}: {e})") from None
+        detail = " ".join(str(e).split())[:120]  # BadStatusLine holds the line it got, newline and all
+        raise MetricsError(f"{url}: not a valid HTTP response ({type(e).__name__}: {detail})") from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
         raise MetricsError(f"{url}: cannot connect ({reason})") from None

@@ -129,9 +129,11 @@ class Source:
             raise ReadError(f"{self.name}: does not look like a text log (binary data)")
         lf = buf.count(b"\n", start, end)
         bare_cr = buf.count(b"\r", start, end) - buf.count(b"\r\n", start, end)
-        # a progress bar's CRs sit inside LF lines; CR-only input has (almost) no LF at all
+        # CR-only input has (almost) no LF at all; a progress bar's CRs sit inside an LF line,
+        # one before each redraw ("...| 3/8 [00:01<00:02, 2.5it/s]"), and stay there
+        bars = max(buf.count(b"/s]", start, end), buf.count(b"s/it]", start, end), buf.count(b"%|", start, end))
         seen_enough = self.done or end - start >= CR_SAMPLE
-        if seen_enough and bare_cr > 8 * lf and lf * LONG_LINE < end - start:
+        if seen_enough and bare_cr > 8 * lf and lf * LONG_LINE < end - start and 2 * bars < bare_cr:
             self.cr_only = True
             self.warnings.append(f"{self.name}: lines end in a bare CR, not LF; each CR is read as a line end")
 
