@@ -121,8 +121,12 @@ def multi_member_gzip(members: int = 5) -> bytes:
 
 
 def damaged_gzip(lines: int = 50_000) -> bytes:
-    """A gzip member whose end was lost, the blocker well before the damage."""
-    blob = gzip.compress(_text([*STARTUP, BLOCKER, *(DENSE[0].format(s=i % 60, i=i) for i in range(lines))]))
+    """A gzip member whose end was lost and garbage after it, the blocker well before the damage."""
+    filler = (
+        f"(APIServer pid=1) INFO 11-30 02:00:{i % 60:02d} [async_llm.py:383] Added request cmpl-{i}."
+        for i in range(lines)
+    )
+    blob = gzip.compress(_text([*STARTUP, BLOCKER, *filler]))
     return blob[: len(blob) - 7] + b"garbage"
 
 
@@ -135,5 +139,35 @@ SHAPES = {
     "nul-holes": nul_holes,
     "megabyte-line": megaline,
     "multi-member-gzip": multi_member_gzip,
-    "damaged-gzip": damaged_gzip,
+    "gzip-damaged-tail": damaged_gzip,
 }
+
+
+def random_shape(rng: random.Random, heavy: bool = False) -> tuple[str, bytes, str]:
+    """One attack shape at a random size (megabytes when `heavy`), sometimes gzipped or with
+    CRLF line ends: (kind, bytes, file suffix). Every one must come out failed with BLOCKER."""
+    big = 4 if heavy else 1
+    kind = rng.choice(sorted(SHAPES))
+    if kind == "cr-only":
+        data = cr_only(rng.randint(0, 3000))
+    elif kind == "tqdm-glued":
+        data = tqdm_glued(rng.choice((1, 50, 200, 2000)) * big)
+    elif kind == "dense-anchors":
+        data = dense(rng.randint(50, 800) * big)
+    elif kind == "stats-lines":
+        data = stats(rng.randint(1, 4000) * big, seed=rng.randrange(1000))
+    elif kind == "nul-lead":
+        data = nul_lead(rng.choice((16, 1000, 4096, 100_000, 1 << 20)) * big)
+    elif kind == "nul-holes":
+        data = nul_holes(rng.randint(1, 12), rng.choice((16, 300, 5000)), seed=rng.randrange(1000))
+    elif kind == "megabyte-line":
+        data = megaline(rng.choice((20_000, 200_000, 1 << 20)) * big, failure_at_end=rng.random() < 0.8)
+    elif kind == "multi-member-gzip":
+        return kind, multi_member_gzip(rng.randint(2, 8)), ".log.gz"
+    else:
+        return kind, damaged_gzip(rng.randint(0, 5000)), ".log.gz"
+    if kind not in ("cr-only", "tqdm-glued") and rng.random() < 0.2:
+        data, kind = data.replace(b"\n", b"\r\n"), kind + "+crlf"
+    if rng.random() < 0.2:
+        return kind + "+gzip", gzip.compress(data, compresslevel=1), ".log.gz"
+    return kind, data, ".log"

@@ -101,7 +101,7 @@ def test_every_piece_is_bounded_and_holds_its_anchor_with_a_margin():
     piece = b"x" * 700 + b"out of memory"
     data = piece * 2000 + b"\rtail out of memory\r\n"
     pf = Prefilter(["out of memory"])
-    spans = logread._spans(data, len(data.rstrip(b"\r\n")), pf)
+    spans = list(logread._spans(data, 0, len(data.rstrip(b"\r\n")), pf))
     assert all(e - s <= 2 * logread.WINDOW for s, e, _ in spans)
     covered = [(s, e) for s, e, _ in spans]
     cr = data.index(b"\r")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from functools import partial
+from typing import Any, BinaryIO
 
 from vllm_doctor.data import Line
 from vllm_doctor.read import lineparse
@@ -168,7 +169,7 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
     Returns ([(line no, bytes, anchors, hit)] sorted by line, context lines owed by the next
     region, the number of lines in the region).
     """
-    picked: dict[int, tuple[bytes, tuple[int, ...], bool]] = {}
+    picked: dict[int, tuple[Any, tuple[int, ...], bool]] = {}  # bytes, or what cuts a long line (_cut)
     pos = lo
     owed = 0
     for i in range(need_after):  # context owed to a hit at the end of the previous region
@@ -176,14 +177,15 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
         if end < 0:  # a region of fewer lines than owed passes the rest on
             owed = need_after - i
             break
-        picked[base + i + 1] = (bytes(buf[pos:end]), (), False)
+        picked[base + i + 1] = (_visible(buf, pos, end), (), False)
         pos = end + 1
     hits, counted_to, newlines = _hit_lines(buf, lo, cut, base, pf)
     for no, start, end, anchor_ids in hits:
-        raw = bytes(buf[start:end])
-        if not pf.exact:
-            anchor_ids = pf.anchors_in(raw)
-        picked[no] = (raw, tuple(sorted(set(anchor_ids))), True)
+        if end - start > MAX_LINE:  # cut in place, as it is read: a line of megabytes is never copied whole
+            picked[no] = (partial(_cut, buf, start, end, pf), (), True)
+        else:
+            raw = bytes(buf[start:end])
+            picked[no] = (raw, tuple(sorted(anchor_ids if pf.exact else pf.anchors_in(raw))), True)
         s, n = start, no
         for _ in range(CONTEXT_BEFORE):
             if s == lo:  # the line before sits in the previous region
@@ -194,7 +196,7 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
             ps = (buf.rfind(b"\n", lo, s - 1) + 1) or lo
             n -= 1
             if n not in picked:
-                picked[n] = (bytes(buf[ps : s - 1]), (), False)
+                picked[n] = (_visible(buf, ps, s - 1), (), False)
             s = ps
         e, n = end + 1, no
         for k in range(CONTEXT_AFTER):
@@ -204,7 +206,7 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
             ne = buf.find(b"\n", e, cut)
             n += 1
             if n not in picked:
-                picked[n] = (bytes(buf[e:ne]), (), False)
+                picked[n] = (_visible(buf, e, ne), (), False)
             e = ne + 1
     newlines += buf.count(b"\n", counted_to, cut)
     return sorted((no, *v) for no, v in picked.items()), owed, newlines
@@ -217,12 +219,12 @@ def _hit_lines(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter):
     newlines = 0
     line_start = line_end = -1
     line_no = 0
-    ids: list[int] = []
+    ids: set[int] = set()
     out = []
-    for end_off, anchor in pf.scan(memoryview(buf)[lo:cut]):
-        at = lo + end_off - 1
+    for hit_end, anchor in _scan(buf, lo, cut, pf):
+        at = hit_end - 1
         if line_start <= at < line_end:
-            ids.append(anchor)
+            ids.add(anchor)
             continue
         if ids:
             out.append((line_no, line_start, line_end, ids))
@@ -231,7 +233,7 @@ def _hit_lines(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter):
         newlines += buf.count(b"\n", counted_to, line_start)
         counted_to = line_start
         line_no = base + newlines + 1
-        ids = [anchor]
+        ids = {anchor}
     if ids:
         out.append((line_no, line_start, line_end, ids))
     return out, counted_to, newlines
@@ -246,7 +248,7 @@ def _tail(buf: bytearray, lo: int, cut: int, total: int) -> list[tuple[int, byte
         if end < lo:  # (end == lo is an empty line at the region's start)
             break
         start = (buf.rfind(b"\n", lo, end) + 1) or lo
-        out.append((no, bytes(buf[start:end])))
+        out.append((no, _visible(buf, start, end)))
         end = start - 1
         no -= 1
     return out
@@ -254,56 +256,100 @@ def _tail(buf: bytearray, lo: int, cut: int, total: int) -> list[tuple[int, byte
 
 def _fragment(buf: bytearray, end: int, no: int, source: int, pf: Prefilter) -> Iterator[Line]:
     """The pieces around the anchors in buf[:end], a piece of a line too long to hold whole."""
-    yield from _pieces(buf, _spans(buf, end, pf), no, source, pf)
+    for piece, ids in _pieces(buf, _spans(buf, 0, end, pf), pf):
+        yield _hit(no, piece, source, ids)
 
 
-def _pieces(data: bytes | bytearray, spans, no: int, source: int, pf: Prefilter) -> Iterator[Line]:
-    """A Line for each distinct piece: a line that repeats itself (a hostile one, a message
-    pasted in a loop) has a few distinct pieces however many anchors it holds, and matching
-    the same bytes again finds nothing new."""
-    seen: set[int] = set()
-    for s, e, ids in spans:
-        piece = bytes(data[s:e])
-        if hash(piece) in seen:
-            continue
-        seen.add(hash(piece))
-        yield _hit(no, piece, source, tuple(sorted(set(ids))) if pf.exact else tuple(pf.anchors_in(piece)))
+def _scan(data: bytes | bytearray, lo: int, hi: int, pf: Prefilter) -> Iterator[tuple[int, int]]:
+    """pf.scan over data[lo:hi] in REGION steps, offsets absolute: the hits held at once stay
+    bounded however many anchors a megabyte line repeats. Each step overlaps the one before by
+    the longest anchor, and the hits that ended in the overlap were yielded before."""
+    longest = max(pf.lengths, default=0)
+    with memoryview(data) as view:
+        for pos in range(lo, hi, REGION):
+            seen_to = pos + longest if pos > lo else lo
+            for hit_end, anchor in pf.scan(view[pos : min(hi, pos + REGION + longest)]):
+                if pos + hit_end > seen_to:
+                    yield pos + hit_end, anchor
 
 
-def _spans(data: bytes | bytearray, end: int, pf: Prefilter) -> list[tuple[int, int, list[int]]]:
-    """(start, end, anchor ids) of the pieces of data[:end] to match, each at most 2 * WINDOW
+def _spans(data: bytes | bytearray, lo: int, end: int, pf: Prefilter) -> Iterator[tuple[int, int, set[int]]]:
+    """(start, end, anchor ids) of the pieces of data[lo:end] to match, each at most 2 * WINDOW
     long and cut at the CRs either side (after a CR a terminal starts the line again: a progress
     bar redraws itself, and a record glued after the last redraw starts there). Every anchor hit
     lies in a piece with MARGIN bytes either side of it (or the line's edge): a hit too near the
     end of the piece before starts the next one, which overlaps it by 2 * MARGIN."""
-    spans: list[tuple[int, int, list[int]]] = []
-    for hit_end, anchor in pf.scan(memoryview(data)[:end]):
-        if spans:
-            s, e, ids = spans[-1]
+    span: tuple[int, int, set[int]] | None = None
+    for hit_end, anchor in _scan(data, lo, end, pf):
+        if span:
+            e = span[1]
             if hit_end + MARGIN <= e or (hit_end <= e and (e == end or data[e] == 0x0D)):
-                ids.append(anchor)
+                span[2].add(anchor)
                 continue
+            yield span
         begin = hit_end - pf.lengths[anchor]
-        cr = data.rfind(b"\r", max(0, hit_end - WINDOW), begin)
-        s = max(cr + 1, hit_end - WINDOW, min(spans[-1][1] - 2 * MARGIN, begin - MARGIN) if spans else 0)
+        cr = data.rfind(b"\r", max(lo, hit_end - WINDOW), begin)
+        s = max(cr + 1, lo, hit_end - WINDOW, min(span[1] - 2 * MARGIN, begin - MARGIN) if span else lo)
         cr = data.find(b"\r", hit_end, min(end, s + 2 * WINDOW))
-        spans.append((s, cr if cr >= 0 else min(end, s + 2 * WINDOW), [anchor]))
-    return spans
+        span = (s, cr if cr >= 0 else min(end, s + 2 * WINDOW), {anchor})
+    if span:
+        yield span
 
 
-def _line(no: int, raw: bytes, source: int, anchors: tuple[int, ...], hit: bool, pf: Prefilter) -> Iterator[Line]:
-    """The Lines of one line read: a short one as it is; a hit line longer than MAX_LINE, or
-    one with CRs inside it, as the pieces _spans cuts around its anchors (each numbered as the
-    line); a context line as what a terminal shows of it, its head if it is long."""
-    body = raw.rstrip(b"\r")
+def _pieces(data: bytes | bytearray, spans, pf: Prefilter) -> Iterator[tuple[bytes, tuple[int, ...]]]:
+    """Each distinct piece's bytes and anchors, as they are cut: a line that repeats itself (a
+    hostile one, a message pasted in a loop) has a few distinct pieces however many anchors it
+    holds, and matching the same bytes again finds nothing new."""
+    seen: set[int] = set()
+    for s, e, ids in spans:
+        piece = bytes(data[s:e])
+        if hash(piece) not in seen:
+            if len(seen) > 4096:  # bounded: a repeat is near the piece it repeats
+                seen.clear()
+            seen.add(hash(piece))
+            yield piece, tuple(sorted(ids)) if pf.exact else tuple(pf.anchors_in(piece))
+
+
+def _cut(buf: bytes | bytearray, start: int, end: int, pf: Prefilter) -> Iterator[tuple[bytes, tuple[int, ...]]]:
+    """The pieces of the hit line buf[start:end] (its CRs at the end aside)."""
+    while end > start and buf[end - 1] == 0x0D:
+        end -= 1
+    empty = True
+    for piece in _pieces(buf, _spans(buf, start, end, pf), pf):
+        empty = False
+        yield piece
+    if empty:  # (only the fallback engine can report a hit that a rescan does not see)
+        yield bytes(buf[start : start + MAX_LINE]), ()
+
+
+def _visible(buf: bytes | bytearray, start: int, end: int) -> bytes:
+    """A context line as a terminal shows it: the part after its last CR (its CRs at the end
+    aside), at most MAX_LINE bytes of it; a short line without CRs inside as it is."""
+    body_end = end
+    while body_end > start and buf[body_end - 1] == 0x0D:
+        body_end -= 1
+    cr = buf.rfind(b"\r", start, body_end)
+    if cr < 0 and end - start <= MAX_LINE:
+        return bytes(buf[start:end])
+    start = max(start, cr + 1)
+    return bytes(buf[start : min(body_end, start + MAX_LINE)])
+
+
+def _line(no: int, raw, source: int, anchors: tuple[int, ...], hit: bool, pf: Prefilter) -> Iterator[Line]:
+    """The Lines of one line read: a context line as it is (_visible made it); a hit line
+    longer than MAX_LINE (raw is then what cuts it in place), or with CRs inside it, as the
+    pieces _spans cuts around its anchors, each numbered as the line; a short one as it is."""
     if not hit:
-        cr = body.rfind(b"\r")
-        yield _ContextLine(no, raw if cr < 0 and len(raw) <= MAX_LINE else body[cr + 1 :][:MAX_LINE], source)
+        yield _ContextLine(no, raw, source)
         return
-    if len(body) <= MAX_LINE and b"\r" not in body:
-        yield _hit(no, raw, source, anchors)
-        return
-    yield from _pieces(body, _spans(body, len(body), pf) or [(0, MAX_LINE, list(anchors))], no, source, pf)
+    if callable(raw):
+        pieces = raw()
+    elif len(raw) > MAX_LINE or b"\r" in raw.rstrip(b"\r"):
+        pieces = _cut(raw, 0, len(raw), pf)
+    else:
+        pieces = [(raw, anchors)]
+    for piece, ids in pieces:
+        yield _hit(no, piece, source, ids)
 
 
 def _hit(no: int, raw: bytes, source: int, anchors: tuple[int, ...]) -> Line:
