@@ -46,8 +46,12 @@ def _text(lines: list[str], end: str = "\n") -> bytes:
 
 def cr_only(lines: int = 2000) -> bytes:
     """Every line ended by a bare CR (old Mac, some terminal captures), the blocker last."""
-    body = [*STARTUP, *(DENSE[0].format(s=i % 60, i=i) for i in range(lines)), BLOCKER]
+    body = [*STARTUP, *(_added(i) if i % 10 else DENSE[0].format(s=i % 60, i=i) for i in range(lines)), BLOCKER]
     return _text(body, "\r")
+
+
+def _added(i: int) -> str:
+    return f"(APIServer pid=1) INFO 11-30 02:00:{i % 60:02d} [async_llm.py:383] Added request cmpl-{i}."
 
 
 def tqdm_glued(updates: int = 200) -> bytes:
@@ -122,11 +126,7 @@ def multi_member_gzip(members: int = 5) -> bytes:
 
 def damaged_gzip(lines: int = 50_000) -> bytes:
     """A gzip member whose end was lost and garbage after it, the blocker well before the damage."""
-    filler = (
-        f"(APIServer pid=1) INFO 11-30 02:00:{i % 60:02d} [async_llm.py:383] Added request cmpl-{i}."
-        for i in range(lines)
-    )
-    blob = gzip.compress(_text([*STARTUP, BLOCKER, *filler]))
+    blob = gzip.compress(_text([*STARTUP, BLOCKER, *(_added(i) for i in range(lines))]))
     return blob[: len(blob) - 7] + b"garbage"
 
 
