@@ -30,7 +30,7 @@ from run import TARGET_RSS_MB, doctor, need, timed  # noqa: E402
 FULL = {
     "cr-only": ("100,000 lines ended by CR alone", lambda: shapes.cr_only(100_000)),
     "tqdm-glued": ("the failure after 200 progress-bar redraws", lambda: shapes.tqdm_glued(200)),
-    "tqdm-glued-long": ("... after 100,000 redraws (a 7 MB line)", lambda: shapes.tqdm_glued(100_000)),
+    "tqdm-glued-long": ("... after 100,000 redraws (an 8.8 MiB line)", lambda: shapes.tqdm_glued(100_000)),
     "dense-anchors": ("60,000 lines of common anchor words", lambda: shapes.dense(60_000)),
     "stats-lines": ("1,000,000 stats lines", lambda: shapes.stats(1_000_000)),
     "nul-lead": ("1,000 leading NULs", lambda: shapes.nul_lead(1000)),

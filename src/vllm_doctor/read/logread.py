@@ -1,10 +1,11 @@
 """Stream log input and yield only the lines worth matching, numbered as in the original.
 
-Input can be a path, `-` for stdin, a FIFO, gzip (detected by its magic bytes, so a gzipped
-stdin works too), of any size. Memory stays flat: the input is read into one reused buffer, the
-prefilter finds candidate lines in the raw bytes, newlines are counted once, in C, and only the
-candidate lines (plus context either side, to undo terminal hard-wraps) are decoded and
-cleaned, the context lines only if a rule reads them. 1 GiB is read in about a second.
+Input can be a path, `-` for stdin, a FIFO, gzip (source.py opens and repairs it), of any size.
+Memory stays flat: the input is read into one reused buffer, the prefilter finds candidate lines
+in the raw bytes a region at a time, newlines are counted once, in C, and only the candidate
+lines (plus context either side, to undo terminal hard-wraps) are decoded and cleaned, the
+context lines only if a rule reads them; a long line is cut into pieces around every anchor in
+place. 1 GiB is read in about a second.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
         else:
             break
         if cut == 0 and end == BLOCK:
-            # one line longer than the buffer: match what we have in windows, keep an overlap
+            # one line longer than the buffer: match what we have in pieces, keep an overlap
             yield from _fragment(buf, end, base + 1, source, pf)
             have = min(OVERLAP, BLOCK // 4)
             view[:have] = view[end - have : end]
@@ -116,7 +117,8 @@ class ChunkLines:
     """Candidate lines of a stream that arrives in chunks (a pipe passed through live): the
     prefilter runs over each chunk's whole lines, only hit lines are decoded, a line longer
     than MAX_LINE (or with CRs inside) is matched in pieces around its anchors, and one longer
-    than HOLD as it comes, as `read` does. No context lines. Holds only the bytes of an unfinished line (at most HOLD).
+    than HOLD as it comes, as `read` does. No context lines. Holds only the bytes of an
+    unfinished line (at most HOLD).
     """
 
     HOLD = 1 << 20
