@@ -5,9 +5,13 @@
 
 The cases (random bytes, invalid UTF-8, NULs, 10 MB single lines, truncated and damaged gzip,
 directories, empty files, FIFOs, files that vanish mid-read, mixed CR/LF, absurd numbers in real
-vLLM lines, ...) come from tests/hostile/test_hostile_input.py, which runs a few hundred of them in the
-test suite. The contract: a report (exit 0, 1 or 4), or exit 2 with one line on stderr; never a
-traceback. Exits 1 if any case breaks it, printing the first traceback of each kind.
+vLLM lines, and issue 10's attack shapes: CR-only logs, failures glued after progress bars,
+dense anchor words, stats floods, NUL holes, megabyte lines with the failure at the end,
+multi-member and damaged gzip) come from tests/hostile/test_hostile_input.py and
+tests/hostile/shapes.py; the suite runs a few hundred of them. The contract: a report (exit 0,
+1 or 4), or exit 2 with one line on stderr; never a traceback; and every attack shape, which
+hides a blocker, comes out failed with it. Exits 1 if any case breaks it, printing the first
+failure of each kind.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _cases_module():
     sys.path.insert(0, str(ROOT / "tests"))  # the cases module imports the suite's conftest
-    spec = importlib.util.spec_from_file_location("hostile_cases", ROOT / "tests" / "test_hostile_input.py")
+    sys.path.insert(0, str(ROOT / "tests" / "hostile"))  # ... and the attack shapes beside it
+    spec = importlib.util.spec_from_file_location("hostile_cases", ROOT / "tests" / "hostile" / "test_hostile_input.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -39,7 +44,7 @@ def run(cases: int, seed: int = 0, heavy_every: int = 50, quiet: bool = False) -
     rng = random.Random(seed)
     kinds: collections.Counter = collections.Counter()
     failures: dict[str, tuple[str, str]] = {}
-    failed = tracebacks = 0
+    failed = tracebacks = missed = 0
     slowest: list[tuple[float, str]] = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vllm-doctor-fuzz-") as tmp, h.memory_limit():
@@ -53,6 +58,7 @@ def run(cases: int, seed: int = 0, heavy_every: int = 50, quiet: bool = False) -
             if problem:
                 failed += 1
                 tracebacks += problem.startswith("traceback")
+                missed += problem.startswith("missed blocker")
                 key = next((ln for ln in reversed(problem.splitlines()) if ln and not ln.startswith(" ")), problem)[
                     :200
                 ]
@@ -64,6 +70,8 @@ def run(cases: int, seed: int = 0, heavy_every: int = 50, quiet: bool = False) -
         "seed": seed,
         "seconds": round(time.perf_counter() - start, 1),
         "tracebacks": tracebacks,
+        "missed_blockers": missed,
+        "attack_shapes": sum(v for k, v in kinds.items() if k.split("+")[0] in h.shapes.SHAPES),
         "failed": failed,
         "kinds": dict(kinds),
         "distinct_failures": {k: v[0] for k, v in failures.items()},
@@ -84,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"fuzz: {result['cases']} cases (seed {result['seed']}) in {result['seconds']} s: "
         f"{result['failed']} broke the contract ({result['tracebacks']} tracebacks, "
+        f"{result['missed_blockers']} missed blockers of {result['attack_shapes']} attack shapes, "
         f"{len(result['distinct_failures'])} distinct); "
         f"slowest {result['slowest'][:3]}"
     )

@@ -32,10 +32,9 @@ def explain(paths: list[str], rules: list[Rule] | None = None, options: Options 
     router = Lifetimes()
     engine.run(logread.read(paths, engine.prefilter, stats), Facts(), router)
     warnings = list(stats.warnings)
-    if engine.dropped:
-        warnings.append(f"rules dropped for matching too slowly on this input: {', '.join(engine.dropped)}")
-    if engine.timeouts > len(engine.dropped):
-        warnings.append(f"{engine.timeouts - len(engine.dropped)} pattern match(es) gave up after the regex time limit")
+    if engine.skipped:
+        slow = ", ".join(f"{rule} ({n})" for rule, n in sorted(engine.skipped.items()))
+        warnings.append(f"rules that hit the regex time limit skipped those lines only (lines skipped): {slow}")
     options = _with_gpu(options or Options())
     found = router.lives()
     this_host = options.this_host if options.this_host is not None else from_this_host(found, options.gpu_snapshot)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import shapes
 from typer.testing import CliRunner
 
 from conftest import ROOT, SAMPLE_RULE
@@ -52,6 +53,7 @@ class Case:
     stdin: bytes | None = None
     during: Callable[[], None] | None = None  # runs in a thread while explain reads
     cleanup: list[Callable[[], None]] = field(default_factory=list)
+    blocker: bool = False  # an attack shape (shapes.py) that hides a blocker: the report must find it
 
 
 def _real_log(rng: random.Random) -> bytes:
@@ -155,13 +157,27 @@ def make_case(rng: random.Random, tmp: Path, index: int, heavy: bool = False) ->
         "random-bytes", "mutated-log", "invalid-utf8", "nuls", "line-endings", "truncated-gzip",
         "damaged-gzip", "gzip-magic-garbage", "long-line", "empty", "directory", "missing",
         "fifo", "vanishing", "stdin", "stdin-gzip", "several", "symlink-loop", "dev-null", "binary-then-log",
-        "mangled-examples", "mangled-examples-in-log", "odd-model-names",
+        "mangled-examples", "mangled-examples-in-log", "odd-model-names", "real-log-cr-only", "real-log-nul-holes",
     ]  # fmt: skip
+    kinds += ["attack-shape"] * 5  # issue 10's shapes (shapes.py), each hiding a blocker
     if heavy:
         kinds += ["ten-mb-line"]
     kind = rng.choice(kinds)
     log = _real_log(rng)
-    if kind == "random-bytes":
+    if kind == "attack-shape":
+        name, data, suffix = shapes.random_shape(rng, heavy)
+        path = path.with_suffix(suffix)
+        path.write_bytes(data)
+        return Case(name, ["explain", str(path), *tail], blocker=True)
+    if kind == "real-log-cr-only":
+        path.write_bytes(log.replace(b"\r\n", b"\n").replace(b"\n", b"\r"))
+    elif kind == "real-log-nul-holes":
+        lines = log.split(b"\n")
+        for _ in range(rng.randint(1, 8)):  # a hole where a line starts, or inside one
+            at = rng.randrange(len(lines))
+            lines[at] = b"\0" * rng.choice((16, 500, 70_000)) + lines[at]
+        path.write_bytes(b"\n".join(lines))
+    elif kind == "random-bytes":
         path.write_bytes(_random_bytes(rng, rng.choice((1, 10, 1000, 70000))))
     elif kind == "mutated-log":
         path.write_bytes(_mutate(log, rng))
@@ -254,6 +270,8 @@ def check(case: Case, exit_code: int, stdout: str, stderr: str, exception: BaseE
         return "traceback:\n" + "".join(traceback.format_exception(exception))
     if exit_code not in (0, 1, 2, 4):  # 4: unknown (no vLLM output in random bytes)
         return f"exit status {exit_code}"
+    if case.blocker and exit_code != 1:
+        return f"missed blocker: exit {exit_code}, {stderr.strip()[-300:]!r}"
     if exit_code == 2:
         lines = stderr.strip("\n").split("\n")
         if len(lines) != 1 or not lines[0].startswith("vllm-doctor: "):
@@ -266,6 +284,10 @@ def check(case: Case, exit_code: int, stdout: str, stderr: str, exception: BaseE
             return f"not JSON: {e}"
         if report.get("schema") != "vllm-doctor/report/1":
             return "no schema"
+        if case.blocker and not any(
+            d["severity"] == "blocker" and d["numbers"].get("alloc") == 2.0 for d in report["diagnoses"]
+        ):
+            return f"missed blocker: {[(d['rule'], d['numbers']) for d in report['diagnoses']]}"
     elif not stdout.strip():
         return "empty report"
     return None

@@ -19,8 +19,11 @@ from vllm_doctor.read.prefilter import Prefilter
 
 MAX_EVIDENCE = 6  # evidence lines kept per rule
 EVIDENCE_CHARS = 400
-REGEX_TIMEOUT = 1.0  # seconds one pattern may spend on one text (ReDoS guard)
-RULE_BUDGET = 5.0  # seconds one rule may spend matching over a whole input; then it is dropped
+# The time guards skip a rule for one text, never for the rest of the input: a blocker at the end
+# of a log is found however long its rules took on the lines before it (issue 10).
+REGEX_TIMEOUT = 1.0  # seconds one pattern may spend on one text (ReDoS guard); past it, that text is skipped
+RULE_BUDGET = 5.0  # seconds of matching after which a rule's limit per text tightens to SLOW_TIMEOUT
+SLOW_TIMEOUT = 0.01  # a real line takes microseconds: a rule slow on every line costs about this a line
 
 
 class Router(Protocol):
@@ -48,8 +51,8 @@ class Engine:
         self._order = {i: (r.phase is None, i) for i, r in enumerate(rules)}
         self._compiled: dict[int, list] = {}
         self.timeouts = 0
-        self._spent: dict[int, float] = {}  # matching time per rule (a hostile log can make a
-        self.dropped: list[str] = []  # slow pattern slow on every line: past RULE_BUDGET it stops)
+        self._spent: dict[int, float] = {}  # matching time per rule (a hostile log can make a slow
+        self.skipped: dict[str, int] = {}  # pattern slow on every line): texts skipped, by rule id
         self._router: Router | None = None
 
     def _patterns(self, index: int) -> list:
@@ -88,41 +91,44 @@ class Engine:
 
         Patterns go in the rule's order, each over every window, so a rule's full pattern on
         the joined lines of a wrapped message wins over its short fallback on one line (which
-        would lose the message's numbers)."""
+        would lose the message's numbers). A search that hits the time limit ends the rule's
+        tries around this line (the joined windows are longer, so slower): the rule goes on
+        with the next line."""
         rule = self.rules[index]
         texts = _Cached(_texts(_windows(prev, line, nexts, floor)))
         for pattern in self._patterns(index):
             for window, text in texts:
                 found = self._search(index, pattern, text, window[0].level)
+                if found is None:
+                    return 0
                 if found:
                     self._record(rule, found, window, facts, matches)
                     return window[-1].no
         return 0
 
-    def _search(self, index: int, pattern, text: str, level: str | None) -> list[dict[str, Any]]:
+    def _search(self, index: int, pattern, text: str, level: str | None) -> list[dict[str, Any]] | None:
+        """The matches' groups of one pattern in one text; None when the search hit the time limit."""
         rx, unless, want_level = pattern
-        spent = self._spent.get(index, 0.0)
-        if spent > RULE_BUDGET or (want_level and level != want_level):
+        if want_level and level != want_level:
             return []
         rule = self.rules[index]
+        spent = self._spent.get(index, 0.0)
+        limit = REGEX_TIMEOUT if spent <= RULE_BUDGET else SLOW_TIMEOUT
         start = perf_counter()
         try:
             if rule.kind == "fact":
-                ms = list(rx.finditer(text, timeout=REGEX_TIMEOUT))
+                ms = list(rx.finditer(text, timeout=limit))
             else:
-                m = rx.search(text, timeout=REGEX_TIMEOUT)
+                m = rx.search(text, timeout=limit)
                 ms = [m] if m else []
-            if ms and unless is not None and unless.search(text, timeout=REGEX_TIMEOUT):
+            if ms and unless is not None and unless.search(text, timeout=limit):
                 ms = []
         except TimeoutError:
             self.timeouts += 1
-            return []
+            self.skipped[rule.id] = self.skipped.get(rule.id, 0) + 1
+            return None
         finally:
-            spent += perf_counter() - start
-            self._spent[index] = spent
-            if spent > RULE_BUDGET and rule.id not in self.dropped:
-                self.dropped.append(rule.id)
-                self.timeouts += 1
+            self._spent[index] = spent + perf_counter() - start
         return [{k: v for k, v in m.groupdict().items() if v is not None} for m in ms]
 
     def _record(self, rule: Rule, found: list[dict[str, str]], window: list[Line], facts: Facts, matches) -> None:

@@ -98,13 +98,26 @@ def check_file(path: Path) -> tuple[Rule | None, list[RuleError]]:
     return parse_all(data, path)
 
 
+# tomllib takes time and memory quadratic in the parts of a dotted key (100,000 parts: minutes,
+# then the kernel's OOM killer); a rule's keys have two or three. Word runs are possessive and
+# start at a word's start, so this search is linear in the file.
+_DEEP_KEY = re.compile(r"""(?<![\w-])(?:(?:[\w-]++|"[^"\n]*+"|'[^'\n]*+')[ \t]*+\.[ \t]*+){64}""")
+
+
 def _read_toml(path: Path) -> dict:
     import tomllib  # only when a rule file is read, not when the cached built-ins are
 
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if _DEEP_KEY.search(text):
+            raise RuleError(path, None, "not valid TOML for a rule (a dotted key of 64 or more parts)")
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise RuleError(path, None, f"not valid TOML ({e})") from None
+    except RecursionError:  # arrays or tables nested thousands deep
+        raise RuleError(path, None, "not valid TOML (nested too deeply)") from None
+    except ValueError as e:  # an integer of thousands of digits (Python's int limit)
+        raise RuleError(path, None, f"not valid TOML ({str(e).split(';')[0]})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise RuleError(path, None, f"cannot read ({e})") from None
 

@@ -1,6 +1,7 @@
 """read/ owns the input: bytes in, `Line`s out, and /metrics scrapes in, facts out.
 
-logread streams log files and stdin (gzip by magic bytes) in blocks, runs the prefilter (every
+source opens an input and fills the reader's buffer (gzip by magic bytes; NUL holes dropped,
+CR-only line ends made LF); logread streams it in blocks, runs the prefilter (every
 rule's literal anchors, one pass over the whole buffer) and decodes only the candidate lines and
 their neighbours; lineparse undoes colour codes, launcher and collector prefixes; metrics fetches
 and parses a Prometheus exposition (over httpget: a total deadline, same-origin redirects). A new log prefix goes in lineparse. May import data, errors,

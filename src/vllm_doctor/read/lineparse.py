@@ -65,6 +65,15 @@ _TQDM_HEAD = re.compile(r"(?<!\d)\d+/\d+ \[[^\]]{0,80}\]|it/s\]|s/it\]")  # sear
 _JSON_KEYS = ("log", "message", "msg", "MESSAGE")
 
 
+def collector_prefix(text: str) -> str:
+    """The log collectors' prefixes (docker, kubectl, CRI, syslog, CI) at the start of a line, as
+    they are: a piece of the line cut after a CR is given them back, so it keeps its container."""
+    pos = 0
+    while (m := _COLLECTOR.match(text, pos)) is not None and m.end() > pos:
+        pos = m.end()
+    return text[:pos]
+
+
 def strip_colour(text: str) -> str:
     if "\x1b" in text or "^[" in text or "#0" in text or "\r" in text:
         text = _COLOUR.sub("", text)

@@ -1,43 +1,40 @@
 """Stream log input and yield only the lines worth matching, numbered as in the original.
 
-Input can be a path, `-` for stdin, a FIFO, gzip (detected by its magic bytes, so a gzipped
-stdin works too), of any size. Memory stays flat: the input is read into one reused buffer, the
-prefilter finds candidate lines in the raw bytes, newlines are counted once, in C, and only the
-candidate lines (plus context either side, to undo terminal hard-wraps) are decoded and
-cleaned, the context lines only if a rule reads them. 1 GiB is read in about a second.
+Input can be a path, `-` for stdin, a FIFO, gzip (source.py opens and repairs it), of any size.
+Memory stays flat: the input is read into one reused buffer, the prefilter finds candidate lines
+in the raw bytes a region at a time, newlines are counted once, in C, and only the candidate
+lines (plus context either side, to undo terminal hard-wraps) are decoded and cleaned, the
+context lines only if a rule reads them; a long line is cut into pieces around every anchor in
+place. 1 GiB is read in about a second.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
-import os
-import stat
-import sys
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, BinaryIO
 
 from vllm_doctor.data import Line
-from vllm_doctor.errors import DoctorError
 from vllm_doctor.read import lineparse
 from vllm_doctor.read.prefilter import Prefilter
+from vllm_doctor.read.source import ReadError, Source, open_input
+
+__all__ = ["ReadError", "ReadStats", "read", "ChunkLines"]
 
 BLOCK = 16 << 20  # bytes read at a time
+REGION = 1 << 20  # bytes of whole lines scanned and selected at a time (bounds the hits held at once)
 FIRST_BLOCK = 1 << 20  # the buffer starts this small, so a short log costs no 16 MiB allocation
-# Longer lines are matched in a window around their first anchor. This bounds what a rule
-# pattern ever searches (real vLLM lines stay under 4 KiB): `rules check` times every pattern
-# on hostile lines of this size (redos.py), so no line can make one backtrack for long.
+# Longer lines (and lines a progress bar redrew with CRs) are matched in pieces, one around
+# every anchor hit, cut at the CRs either side (_spans). This bounds what a rule pattern ever
+# searches (real vLLM lines stay under 4 KiB): `rules check` times every pattern on hostile
+# lines of this size (redos.py), so no line can make one backtrack for long.
 MAX_LINE = 16 << 10
-WINDOW = 8 << 10  # half-width of such a window
+WINDOW = 8 << 10  # half-width of such a piece
+MARGIN = 1 << 10  # bytes a piece holds at least either side of each anchor hit in it
 OVERLAP = 256  # bytes of a line longer than the buffer kept for the next fill (anchors are shorter)
 CONTEXT_BEFORE = 1
 CONTEXT_AFTER = 5  # lines a wrapped or split message may continue on (the engine joins as many)
-
-
-class ReadError(DoctorError):
-    """Input that cannot be read at all; the message is one line for the user."""
 
 
 @dataclass
@@ -47,119 +44,10 @@ class ReadStats:
     warnings: list[str] = field(default_factory=list)
 
 
-def _open(path: str) -> tuple[BinaryIO, bool]:
-    """Open a path or stdin as a byte stream; the flag says whether to close it."""
-    if path == "-":
-        return sys.stdin.buffer, False
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise ReadError(f"{path}: no such file") from None
-    except OSError as e:
-        raise ReadError(f"{path}: cannot read ({e.strerror or e})") from None
-    except ValueError as e:  # a NUL in the name
-        raise ReadError(f"{path!r}: cannot read ({e})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ReadError(f"{path}: is a directory, not a log file")
-    try:
-        return open(path, "rb"), True  # noqa: SIM115 - closed by the caller
-    except OSError as e:
-        raise ReadError(f"{path}: cannot read ({e.strerror or e})") from None
-
-
-def _looks_binary(head: bytes) -> bool:
-    """A log is text; a file that is mostly NULs or undecodable bytes is not one."""
-    if not head:
-        return False
-    sample = head[: 64 << 10]
-    if sample.count(0) > len(sample) // 100 + 8:
-        return True
-    text = sample.decode("utf-8", "replace")
-    return text.count("\ufffd") > len(text) // 5
-
-
-class _Source:
-    """Fills a buffer from a stream, gzip undone (detected by its magic bytes, so a gzipped
-    stdin works too); gzip damage becomes a warning, other read errors a ReadError."""
-
-    PIECE = 1 << 20  # bytes asked of the stream at a time (bounds the copies gzip makes)
-
-    def __init__(self, stream: BinaryIO, name: str, stats: ReadStats):
-        self.name, self.stats = name, stats
-        self.done = False
-        self.first = True
-        try:
-            head = stream.read(2)
-        except OSError as e:
-            raise ReadError(f"{name}: read failed ({e.strerror or e})") from None
-        self.stream: Any = stream  # a binary file, stdin's buffer, or a GzipFile: all have readinto
-        if head == b"\x1f\x8b":
-            self.stream = gzip.GzipFile(fileobj=_Prepend(head, stream))
-            head = b""
-        self.head = head
-
-    def fill(self, view: memoryview) -> int:
-        """Read until the view is full or the input ends; returns the bytes read (0 at the end)."""
-        if self.done:
-            return 0
-        got = 0
-        if self.head:
-            got = len(self.head)
-            view[:got] = self.head
-            self.head = b""
-        try:
-            while got < len(view):
-                n = self._read_into(view[got : got + self.PIECE])
-                if not n:
-                    self.done = True
-                    break
-                got += n
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-            self.stats.warnings.append(f"{self.name}: gzip stream is damaged or truncated ({e}); read what came before")
-            self.done = True
-        except OSError as e:
-            raise ReadError(f"{self.name}: read failed ({e.strerror or e})") from None
-        if self.first:
-            self.first = False
-            if _looks_binary(bytes(view[: min(got, 64 << 10)])):
-                raise ReadError(f"{self.name}: does not look like a text log (binary data)")
-        return got
-
-    def _read_into(self, view: memoryview) -> int:
-        """One read. Gzip goes through read1, one decompressed piece at a time: readinto asks
-        for the whole view and, when damage follows, raises with everything before it unread."""
-        if isinstance(self.stream, gzip.GzipFile):
-            data = self.stream.read1(len(view))
-            view[: len(data)] = data
-            return len(data)
-        return self.stream.readinto(view)
-
-
-class _Prepend(io.RawIOBase):
-    """A stream with bytes already read put back in front (stdin cannot seek)."""
-
-    def __init__(self, head: bytes, rest: BinaryIO):
-        self._head = head
-        self._rest = rest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf) -> int:
-        if self._head:
-            n = min(len(buf), len(self._head))
-            buf[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        data = self._rest.read(len(buf))
-        buf[: len(data)] = data
-        return len(data)
-
-
 def read(paths: list[str], prefilter: Prefilter, stats: ReadStats) -> Iterator[Line]:
     """Candidate lines (and their context) of every input, in order."""
     for index, path in enumerate(paths):
-        stream, owned = _open(path)
+        stream, owned = open_input(path)
         try:
             yield from _read_one(stream, path, index, prefilter, stats)
         finally:
@@ -174,7 +62,7 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
     partial line after it moves to the front for the next fill. No block is copied, so memory
     stays at the buffer's size however large the input is.
     """
-    src = _Source(stream, name, stats)
+    src = Source(stream, name, stats.warnings)
     buf = bytearray(min(BLOCK, FIRST_BLOCK))  # grown to BLOCK once the input proves larger
     view = memoryview(buf)
     have = 0
@@ -184,7 +72,7 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
     emitted = 0  # highest line number yielded so far
     while True:
         free = len(buf) - have
-        n = src.fill(view[have:])
+        n = src.fill(buf, have)
         stats.bytes += n
         if n:
             end = have + n
@@ -195,19 +83,22 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
         else:
             break
         if cut == 0 and end == BLOCK:
-            # one line longer than the buffer: match what we have in windows, keep an overlap
+            # one line longer than the buffer: match what we have in pieces, keep an overlap
             yield from _fragment(buf, end, base + 1, source, pf)
             have = min(OVERLAP, BLOCK // 4)
             view[:have] = view[end - have : end]
             continue
-        if cut:
-            selected, need_after, count = _select(buf, cut, base, pf, tail, need_after)
+        lo = 0
+        while lo < cut:  # in regions of about REGION bytes: what a region's hits hold is bounded
+            hi = buf.find(b"\n", min(lo + REGION, cut - 1), cut) + 1
+            selected, need_after, count = _select(buf, lo, hi, base, pf, tail, need_after)
             for no, raw, anchors, hit in selected:
                 if no > emitted:
                     emitted = no
-                    yield _line(no, raw, source, anchors, hit, pf)
-            tail = _tail(buf, cut, base + count)
+                    yield from _line(no, raw, source, anchors, hit, pf)
+            tail = _tail(buf, lo, hi, base + count)
             base += count
+            lo = hi
         have = end - cut
         if n == 0:
             break
@@ -219,13 +110,15 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
         else:
             view[:have] = view[cut:end]  # memoryview assignment is a memmove: overlap is safe
     stats.lines += base
+    src.warn()
 
 
 class ChunkLines:
     """Candidate lines of a stream that arrives in chunks (a pipe passed through live): the
     prefilter runs over each chunk's whole lines, only hit lines are decoded, a line longer
-    than MAX_LINE is matched in its window and one longer than HOLD is matched in pieces, as
-    `read` does. No context lines. Holds only the bytes of an unfinished line (at most HOLD).
+    than MAX_LINE (or with CRs inside) is matched in pieces around its anchors, and one longer
+    than HOLD as it comes, as `read` does. No context lines. Holds only the bytes of an
+    unfinished line (at most HOLD).
     """
 
     HOLD = 1 << 20
@@ -260,50 +153,52 @@ class ChunkLines:
             out = list(_fragment(buf, len(buf), self.lines + 1, self.source, pf))
             del buf[: len(buf) - OVERLAP]
             return out
-        hits, counted_to, newlines = _hit_lines(buf, cut, self.lines, pf)
+        hits, counted_to, newlines = _hit_lines(buf, 0, cut, self.lines, pf)
         out = []
         for no, start, end, anchor_ids in hits:
             raw = bytes(buf[start:end])
             ids = anchor_ids if pf.exact else pf.anchors_in(raw)
-            out.append(_line(no, raw, self.source, tuple(sorted(set(ids))), True, pf))
+            out.extend(_line(no, raw, self.source, tuple(sorted(set(ids))), True, pf))
         self.lines += newlines + buf.count(b"\n", counted_to, cut)
         del buf[:cut]
         return out
 
 
-def _select(buf: bytearray, cut: int, base: int, pf: Prefilter, tail: list[tuple[int, bytes]], need_after: int):
-    """Hit lines and their context in buf[:cut], which ends with a newline.
+def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: list[tuple[int, bytes]],
+            need_after: int):  # fmt: skip
+    """Hit lines and their context in buf[lo:cut], which ends with a newline.
 
     Returns ([(line no, bytes, anchors, hit)] sorted by line, context lines owed by the next
     region, the number of lines in the region).
     """
-    picked: dict[int, tuple[bytes, tuple[int, ...], bool]] = {}
-    pos = 0
+    picked: dict[int, tuple[Any, tuple[int, ...], bool]] = {}  # bytes, or what cuts a long line (_cut)
+    pos = lo
     owed = 0
     for i in range(need_after):  # context owed to a hit at the end of the previous region
         end = buf.find(b"\n", pos, cut)
         if end < 0:  # a region of fewer lines than owed passes the rest on
             owed = need_after - i
             break
-        picked[base + i + 1] = (bytes(buf[pos:end]), (), False)
+        picked[base + i + 1] = (_visible(buf, pos, end), (), False)
         pos = end + 1
-    hits, counted_to, newlines = _hit_lines(buf, cut, base, pf)
+    hits, counted_to, newlines = _hit_lines(buf, lo, cut, base, pf)
     for no, start, end, anchor_ids in hits:
-        raw = bytes(buf[start:end])
-        if not pf.exact:
-            anchor_ids = pf.anchors_in(raw)
-        picked[no] = (raw, tuple(sorted(set(anchor_ids))), True)
+        if end - start > MAX_LINE:  # cut in place, as it is read: a line of megabytes is never copied whole
+            picked[no] = (partial(_cut, buf, start, end, pf), (), True)
+        else:
+            raw = bytes(buf[start:end])
+            picked[no] = (raw, tuple(sorted(anchor_ids if pf.exact else pf.anchors_in(raw))), True)
         s, n = start, no
         for _ in range(CONTEXT_BEFORE):
-            if s == 0:  # the line before sits in the previous region
+            if s == lo:  # the line before sits in the previous region
                 for tno, traw in tail:
                     if tno == n - 1:
                         picked.setdefault(tno, (traw, (), False))
                 break
-            ps = buf.rfind(b"\n", 0, s - 1) + 1
+            ps = (buf.rfind(b"\n", lo, s - 1) + 1) or lo
             n -= 1
             if n not in picked:
-                picked[n] = (bytes(buf[ps : s - 1]), (), False)
+                picked[n] = (_visible(buf, ps, s - 1), (), False)
             s = ps
         e, n = end + 1, no
         for k in range(CONTEXT_AFTER):
@@ -313,73 +208,156 @@ def _select(buf: bytearray, cut: int, base: int, pf: Prefilter, tail: list[tuple
             ne = buf.find(b"\n", e, cut)
             n += 1
             if n not in picked:
-                picked[n] = (bytes(buf[e:ne]), (), False)
+                picked[n] = (_visible(buf, e, ne), (), False)
             e = ne + 1
     newlines += buf.count(b"\n", counted_to, cut)
     return sorted((no, *v) for no, v in picked.items()), owed, newlines
 
 
-def _hit_lines(buf: bytearray, cut: int, base: int, pf: Prefilter):
-    """(line no, start, end, anchor ids) of each line of buf[:cut] holding an anchor, and how far
-    newlines were counted (offset, count), so that the caller counts each newline once."""
-    counted_to = newlines = 0
+def _hit_lines(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter):
+    """(line no, start, end, anchor ids) of each line of buf[lo:cut] holding an anchor, and how
+    far newlines were counted (offset, count), so that the caller counts each newline once."""
+    counted_to = lo
+    newlines = 0
     line_start = line_end = -1
     line_no = 0
-    ids: list[int] = []
+    ids: set[int] = set()
     out = []
-    for end_off, anchor in pf.scan(memoryview(buf)[:cut]):
-        at = end_off - 1
+    for hit_end, anchor in _scan(buf, lo, cut, pf):
+        at = hit_end - 1
         if line_start <= at < line_end:
-            ids.append(anchor)
+            ids.add(anchor)
             continue
         if ids:
             out.append((line_no, line_start, line_end, ids))
-        line_start = buf.rfind(b"\n", 0, at) + 1
+        line_start = (buf.rfind(b"\n", lo, at) + 1) or lo
         line_end = buf.find(b"\n", at, cut)
         newlines += buf.count(b"\n", counted_to, line_start)
         counted_to = line_start
         line_no = base + newlines + 1
-        ids = [anchor]
+        ids = {anchor}
     if ids:
         out.append((line_no, line_start, line_end, ids))
     return out, counted_to, newlines
 
 
-def _tail(buf: bytearray, cut: int, total: int) -> list[tuple[int, bytes]]:
-    """The last CONTEXT_BEFORE lines of buf[:cut], numbered (total = number of its last line)."""
+def _tail(buf: bytearray, lo: int, cut: int, total: int) -> list[tuple[int, bytes]]:
+    """The last CONTEXT_BEFORE lines of buf[lo:cut], numbered (total = number of its last line)."""
     out = []
     end = cut - 1  # the final newline
     no = total
     for _ in range(CONTEXT_BEFORE):
-        if end < 0:  # (end == 0 is an empty line at the very start)
+        if end < lo:  # (end == lo is an empty line at the region's start)
             break
-        start = buf.rfind(b"\n", 0, end) + 1
-        out.append((no, bytes(buf[start:end])))
+        start = (buf.rfind(b"\n", lo, end) + 1) or lo
+        out.append((no, _visible(buf, start, end)))
         end = start - 1
         no -= 1
     return out
 
 
 def _fragment(buf: bytearray, end: int, no: int, source: int, pf: Prefilter) -> Iterator[Line]:
-    """Windows around the anchors in buf[:end], a piece of a line too long to hold whole."""
-    last_end = -1
-    for end_off, _anchor in pf.scan(memoryview(buf)[:end]):
-        if end_off <= last_end:
-            continue
-        start = max(0, end_off - WINDOW)
-        last_end = min(end, end_off + WINDOW)
-        raw = bytes(buf[start:last_end])
-        yield _line(no, raw, source, tuple(pf.anchors_in(raw)), True, pf)
+    """The pieces around the anchors in buf[:end], a piece of a line too long to hold whole."""
+    for piece, ids in _pieces(buf, _spans(buf, 0, end, pf), pf):
+        yield _hit(no, piece, source, ids)
 
 
-def _line(no: int, raw: bytes, source: int, anchors: tuple[int, ...], hit: bool, pf: Prefilter) -> Line:
-    if len(raw) > MAX_LINE:
-        raw = _window(raw, pf)
-        anchors = tuple(pf.anchors_in(raw)) if hit else ()
+def _scan(data: bytes | bytearray, lo: int, hi: int, pf: Prefilter) -> Iterator[tuple[int, int]]:
+    """pf.scan over data[lo:hi] in REGION steps, offsets absolute: the hits held at once stay
+    bounded however many anchors a megabyte line repeats. Each step overlaps the one before by
+    the longest anchor, and the hits that ended in the overlap were yielded before."""
+    longest = max(pf.lengths, default=0)
+    with memoryview(data) as view:
+        for pos in range(lo, hi, REGION):
+            seen_to = pos + longest if pos > lo else lo
+            for hit_end, anchor in pf.scan(view[pos : min(hi, pos + REGION + longest)]):
+                if pos + hit_end > seen_to:
+                    yield pos + hit_end, anchor
+
+
+def _spans(data: bytes | bytearray, lo: int, end: int, pf: Prefilter) -> Iterator[tuple[int, int, set[int]]]:
+    """(start, end, anchor ids) of the pieces of data[lo:end] to match, each at most 2 * WINDOW
+    long and cut at the CRs either side (after a CR a terminal starts the line again: a progress
+    bar redraws itself, and a record glued after the last redraw starts there). Every anchor hit
+    lies in a piece with MARGIN bytes either side of it (or the line's edge): a hit too near the
+    end of the piece before starts the next one, which overlaps it by 2 * MARGIN."""
+    span: tuple[int, int, set[int]] | None = None
+    for hit_end, anchor in _scan(data, lo, end, pf):
+        if span:
+            e = span[1]
+            if hit_end + MARGIN <= e or (hit_end <= e and (e == end or data[e] == 0x0D)):
+                span[2].add(anchor)
+                continue
+            yield span
+        begin = hit_end - pf.lengths[anchor]
+        cr = data.rfind(b"\r", max(lo, hit_end - WINDOW), begin)
+        s = max(cr + 1, lo, hit_end - WINDOW, min(span[1] - 2 * MARGIN, begin - MARGIN) if span else lo)
+        cr = data.find(b"\r", hit_end, min(end, s + 2 * WINDOW))
+        span = (s, cr if cr >= 0 else min(end, s + 2 * WINDOW), {anchor})
+    if span:
+        yield span
+
+
+def _pieces(data: bytes | bytearray, spans, pf: Prefilter) -> Iterator[tuple[bytes, tuple[int, ...]]]:
+    """Each distinct piece's bytes and anchors, as they are cut: a line that repeats itself (a
+    hostile one, a message pasted in a loop) has a few distinct pieces however many anchors it
+    holds, and matching the same bytes again finds nothing new."""
+    seen: set[int] = set()
+    for s, e, ids in spans:
+        piece = bytes(data[s:e])
+        if hash(piece) not in seen:
+            if len(seen) > 4096:  # bounded: a repeat is near the piece it repeats
+                seen.clear()
+            seen.add(hash(piece))
+            yield piece, tuple(sorted(ids)) if pf.exact else tuple(pf.anchors_in(piece))
+
+
+def _cut(buf: bytes | bytearray, start: int, end: int, pf: Prefilter) -> Iterator[tuple[bytes, tuple[int, ...]]]:
+    """The pieces of the hit line buf[start:end] (its CRs at the end aside)."""
+    while end > start and buf[end - 1] == 0x0D:
+        end -= 1
+    empty = True
+    for piece in _pieces(buf, _spans(buf, start, end, pf), pf):
+        empty = False
+        yield piece
+    if empty:  # (only the fallback engine can report a hit that a rescan does not see)
+        yield bytes(buf[start : start + MAX_LINE]), ()
+
+
+def _visible(buf: bytes | bytearray, start: int, end: int) -> bytes:
+    """A context line as a terminal shows it: the part after its last CR (its CRs at the end
+    aside), at most MAX_LINE bytes of it; a short line without CRs inside as it is."""
+    body_end = end
+    while body_end > start and buf[body_end - 1] == 0x0D:
+        body_end -= 1
+    cr = buf.rfind(b"\r", start, body_end)
+    if cr < 0 and end - start <= MAX_LINE:
+        return bytes(buf[start:end])
+    start = max(start, cr + 1)
+    return bytes(buf[start : min(body_end, start + MAX_LINE)])
+
+
+def _line(no: int, raw, source: int, anchors: tuple[int, ...], hit: bool, pf: Prefilter) -> Iterator[Line]:
+    """The Lines of one line read: a context line as it is (_visible made it); a hit line
+    longer than MAX_LINE (raw is then what cuts it in place), or with CRs inside it, as the
+    pieces _spans cuts around its anchors, each numbered as the line; a short one as it is."""
     if not hit:
-        return _ContextLine(no, raw, source)
+        yield _ContextLine(no, raw, source)
+        return
+    if callable(raw):
+        pieces = raw()
+    elif len(raw) > MAX_LINE or b"\r" in raw.rstrip(b"\r"):
+        head = lineparse.collector_prefix(raw[:256].decode("utf-8", "replace")).encode()
+        pieces = ((p if not head or raw.startswith(p) else head + p, ids) for p, ids in _cut(raw, 0, len(raw), pf))
+    else:
+        pieces = [(raw, anchors)]
+    for piece, ids in pieces:
+        yield _hit(no, piece, source, ids)
+
+
+def _hit(no: int, raw: bytes, source: int, anchors: tuple[int, ...]) -> Line:
     text, message, process, level = _clean(raw)
-    return Line(no=no, text=message, raw=text, source=source, process=process, level=level, hit=hit, anchors=anchors)
+    return Line(no=no, text=message, raw=text, source=source, process=process, level=level, hit=True, anchors=anchors)
 
 
 def _clean(raw: bytes) -> tuple[str, str, str | None, str | None]:
@@ -429,12 +407,3 @@ class _ContextLine(Line):
         data, self._pending = self._pending, None
         assert data is not None  # only called while a parse is pending
         self.raw, self.text, self.process, self.level = _clean(data)
-
-
-def _window(raw: bytes, pf: Prefilter) -> bytes:
-    """The part of an overlong line around its first anchor (or its head when it has none)."""
-    hits = pf.scan(raw)
-    if not hits:
-        return raw[:MAX_LINE]
-    end = hits[0][0]
-    return raw[max(0, end - WINDOW) : end + WINDOW]

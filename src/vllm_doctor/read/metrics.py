@@ -284,6 +284,7 @@ def fetch(source: str, timeout: float = DEFAULT_TIMEOUT) -> Scrape:
                 return _stream(f, source)
         except OSError as e:
             raise MetricsError(f"{source}: cannot read ({e.strerror or e})") from None
+    import http.client
     import urllib.error
 
     url = metrics_url(source)
@@ -293,6 +294,9 @@ def fetch(source: str, timeout: float = DEFAULT_TIMEOUT) -> Scrape:
             scrape = _stream(r, url)
     except urllib.error.HTTPError as e:
         raise MetricsError(f"{url}: HTTP {e.code} {e.reason}") from None
+    except http.client.HTTPException as e:  # a server that breaks HTTP: no status line, a short body, ...
+        detail = " ".join(str(e).split())[:120]  # BadStatusLine holds the line it got, newline and all
+        raise MetricsError(f"{url}: not a valid HTTP response ({type(e).__name__}: {detail})") from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
         raise MetricsError(f"{url}: cannot connect ({reason})") from None
@@ -314,6 +318,11 @@ def _stream(f: BinaryIO, source: str) -> Scrape:
             if total > MAX_BYTES:
                 raise MetricsError(f"{source}: more than {MAX_BYTES >> 20} MB; not a /metrics page")
             yield data
+        missing = getattr(f, "length", None)  # an HTTP body shorter than its Content-Length:
+        if missing:  # read1 ends quietly where read() would raise
+            import http.client
+
+            raise http.client.IncompleteRead(b"", missing)
 
     return parse_chunks(chunks(), source)
 

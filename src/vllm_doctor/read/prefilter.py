@@ -30,6 +30,7 @@ class Prefilter:
     def __init__(self, anchors: Iterable[str]):
         self.anchors = list(dict.fromkeys(anchors))
         self._encoded = [a.encode("utf-8") for a in self.anchors]
+        self.lengths = [len(a) for a in self._encoded]  # in bytes: an anchor starts at its end minus this
         self._hs: Any = None
         self._aho: Any = None
         self._re: re.Pattern[bytes] | None = None
