@@ -68,7 +68,7 @@ def test_a_hole_across_reads_is_dropped_whole(monkeypatch, piece):
 
 def test_a_file_of_nuls_only_is_an_empty_log_with_a_warning(tmp_path):
     result = explain(tmp_path, b"\0" * 100_000)
-    assert result.exit_code == 0
+    assert result.exit_code == 4  # status unknown: no vLLM output at all (issue 9)
     report = json.loads(result.stdout)
     assert report["input"]["lines"] == 0 and report["status"] == "unknown"
     assert any("skipped 100,000 NUL bytes" in w for w in report["input"]["warnings"])
