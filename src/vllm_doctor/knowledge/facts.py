@@ -13,6 +13,8 @@ from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from vllm_doctor.data import Line
+
 KV_NEAR_FULL_PCT = 80.0  # KV usage at or above this, with requests waiting, is a full cache
 
 # the startup and shutdown phases a fact rule may mark (`phase = "..."`), in the order they come;
@@ -83,6 +85,21 @@ STATS_FIELDS = {
     "prompt_tps": float,
     "gen_tps": float,
 }
+
+# fields of one traceback record a `series = "traceback"` rule may fill: a frame (file, lineno,
+# function, code), the exception that ended a traceback (exc_type, exc_message), or a line that says
+# the process failed without one (fatal)
+TRACEBACK_FIELDS = {
+    "file": str,
+    "lineno": int,
+    "function": str,
+    "code": str,
+    "exc_type": str,
+    "exc_message": str,
+    "fatal": str,
+}
+SERIES_FIELDS = {"stats": STATS_FIELDS, "traceback": TRACEBACK_FIELDS}
+TRACEBACK_KEPT = 600  # records kept per lifetime (the latest): a startup's tracebacks fit many times over
 
 ARGS = "args"  # a fact rule group holding a whole argument dump, parsed by parse_args()
 
@@ -294,12 +311,32 @@ def _min(a, b):
     return b if a is None or b < a else a
 
 
+@dataclass(slots=True)
+class TracebackRecord:
+    """A frame, an exception line or a fatal line of a traceback, where it was (knowledge/tracebacks.py reads them)."""
+
+    line: int
+    source: int
+    process: str | None
+    level: str | None
+    text: str
+    fields: dict[str, Any]
+
+
 @dataclass
 class Facts:
     values: dict[str, Any] = field(default_factory=dict)
     where: dict[str, int] = field(default_factory=dict)  # fact -> line it was last read from
     stats: StatsSeries = field(default_factory=StatsSeries)
     phases: deque = field(default_factory=lambda: deque(maxlen=256))  # (line, source, phase, process)
+    traceback: deque = field(default_factory=lambda: deque(maxlen=TRACEBACK_KEPT))  # TracebackRecord
+
+    def add_sample(self, series: str, sample: dict[str, Any], line: Line, text: str) -> None:
+        """One match of a `series` rule: a stats sample, or a traceback record."""
+        if series == "traceback":
+            self.traceback.append(TracebackRecord(line.no, line.source, line.process, line.level, text, sample))
+        else:
+            self.stats.add(sample, line.no, line.source, text)
 
     def set(self, name: str, value: Any, line: int = 0) -> None:
         value = convert(FACTS[name], value)

@@ -12,7 +12,7 @@ from time import perf_counter
 from typing import Any, Protocol
 
 from vllm_doctor.data import Evidence, Line, Match, Rule
-from vllm_doctor.knowledge.facts import ARGS, STATS_FIELDS, Facts, convert, number
+from vllm_doctor.knowledge.facts import ARGS, SERIES_FIELDS, Facts, convert, number
 from vllm_doctor.matching.loader import compile_regex
 from vllm_doctor.read.logread import CONTEXT_AFTER  # the lines after a hit the reader delivers
 from vllm_doctor.read.prefilter import Prefilter
@@ -147,13 +147,14 @@ class Engine:
 
 def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) -> None:
     if rule.series:
+        kinds = SERIES_FIELDS[rule.series]
         sample: dict[str, Any] = {}  # typed per field: a mangled line's "99.x%" or 5000-digit count is no value
         for group, text in groups.items():
             name = rule.facts.get(group)
-            value = convert(STATS_FIELDS[name], text) if name else None
+            value = convert(kinds[name], text) if name else None
             if name and value is not None:
                 sample[name] = value
-        facts.stats.add(sample, line.no, line.source, line.raw.strip()[:EVIDENCE_CHARS])
+        facts.add_sample(rule.series, sample, line, line.raw.strip()[:EVIDENCE_CHARS])
     else:
         for group, value in groups.items():
             name = rule.facts.get(group)
