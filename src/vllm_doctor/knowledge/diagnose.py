@@ -99,7 +99,7 @@ def render_fix(fix: Fix, values: dict[str, Any]) -> tuple[tuple[str, str, str | 
 
 
 def _explained(fallback: Diagnosis, others: list[Diagnosis]) -> bool:
-    lines = {(e.line, e.source) for e in fallback.evidence[:1]}
+    lines = {(e.line, e.source) for e in fallback.evidence}  # the failure's line and the frame that raised it
     for d in others:
         if (d.severity == "blocker" and not d.wrapper) or any((e.line, e.source) in lines for e in d.evidence):
             return True
@@ -118,7 +118,8 @@ def _key(d: Diagnosis):
 def rank(found: list[Diagnosis]) -> list[Diagnosis]:
     """Most important first; a wrapper error yields to any real cause and becomes its context. A
     fallback (the unrecognised failure) is dropped when another rule explains the failure: a
-    blocker that is a cause (not a wrapper), or a rule that matched the failure's own line."""
+    blocker that is a cause (not a wrapper), or a rule that matched the failure's own line or the
+    frame that raised it."""
     fallbacks = [d for d in found if d.fallback]
     if fallbacks:
         found = [d for d in found if not d.fallback]
