@@ -82,3 +82,17 @@ def test_the_fallback_yields_to_a_cause_or_a_rule_on_its_line_not_to_a_wrapper()
     engine = _d("engine-dead", "blocker", 9, wrapper=True)
     engine.priority = 0
     assert [d.rule for d in rank([fb, engine])] == ["engine-dead", "unrecognised-failure"]
+
+
+def hub(**groups):
+    return CHECKS["hub_target"](CheckInput(groups, Facts(), None, Options())).values
+
+
+def test_hub_target_says_repo_revision_or_file():
+    assert hub(kind="Entry Not Found", repo="o/r", revision="main", file="config.json")["missing"] == "file"
+    assert hub(kind="Revision Not Found", repo="o/r", revision="v2.0")["hub_missing"] == "revision v2.0 in o/r"
+    assert hub(kind="Repository Not Found", repo="o/r.", revision="main")["hub_missing"] == "repo o/r"
+    plain = "404 Client Error: Not Found"
+    assert hub(kind=plain, repo="o/r", revision="v0.4", file="config.json")["missing"] == "revision"
+    assert hub(kind=plain, repo="o/r", revision="main", file="config.json")["missing"] == "repo"
+    assert hub(kind=plain, repo="o/r", revision="main", file="tokenizer.json")["missing"] == "file"

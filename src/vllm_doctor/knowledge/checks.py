@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_doctor.data import Evidence
 from vllm_doctor.knowledge.contract import Check, CheckInput, CheckResult, Options, check
 from vllm_doctor.knowledge.facts import CACHE_PHASES, KV_NEAR_FULL_PCT, LIFE_PHASES, WEIGHT_PHASES
-from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context
+from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
 from vllm_doctor.versions import version_tuple
 
 if TYPE_CHECKING:  # the model module loads only when a model is involved
@@ -491,5 +491,6 @@ CHECKS: dict[str, Check] = {
         concurrency_budget,
         failure_site,
         fatal_context,
+        hub_target,
     )
 }

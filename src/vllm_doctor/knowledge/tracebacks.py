@@ -195,3 +195,37 @@ def fatal_context(inp: CheckInput) -> CheckResult:
     survived = life.survived(match.first_line, source)
     during = life.in_shutdown(match.first_line, source)
     return CheckResult({"survived": survived, "during_shutdown": during, "fatal_here": not survived and not during})
+
+
+_HUB_KINDS = {"Repository": "repo", "Revision": "revision", "Entry": "file"}
+
+
+@check(reads={"kind", "repo", "revision", "file"}, returns={"missing", "missing_repo", "missing_revision",
+                                                           "missing_file", "hub_missing"})  # fmt: skip
+def hub_target(inp: CheckInput) -> CheckResult:
+    """Which thing a Hub 404 is about: the repo, the revision or a file, from the error's class
+    or phrase (Repository/Revision/Entry Not Found) and else from its URL."""
+    kind = str(inp.get("kind") or "")
+    said = " ".join(e.text for e in inp.match.evidence) if inp.match else ""
+    kind = next((k + " Not Found" for k in _HUB_KINDS if k + " Not Found" in said), kind)  # the most specific said
+    repo = str(inp.get("repo") or "").rstrip(".") or None
+    revision = str(inp.get("revision") or "").rstrip(".") or None
+    file = str(inp.get("file") or "").rstrip(".") or None
+    missing = next((v for k, v in _HUB_KINDS.items() if kind.startswith(k)), None)
+    if missing is None:  # a plain "404 Client Error: Not Found for url": a revision asked for, else the file
+        # (config.json is the first file fetched: without it, the repo id is the likelier mistake)
+        missing = (
+            "revision" if revision and revision != "main" else "file" if file and file != "config.json" else "repo"
+        )
+    out: dict[str, Any] = {"missing": missing}
+    for name, value in (("missing_repo", repo), ("missing_revision", revision), ("missing_file", file)):
+        if value:
+            out[name] = value
+    where = f" in {repo}" if repo else ""
+    at = f" at revision {revision}" if revision else ""
+    out["hub_missing"] = {
+        "file": f"file {file or '(unnamed)'}{where}{at}",
+        "revision": f"revision {revision or '(unnamed)'}{where}",
+        "repo": f"repo {repo}" if repo else "such repo",
+    }[missing]
+    return CheckResult(out)
