@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_doctor.data import Evidence
 from vllm_doctor.knowledge.contract import Check, CheckInput, CheckResult, Options, check
 from vllm_doctor.knowledge.facts import CACHE_PHASES, KV_NEAR_FULL_PCT, LIFE_PHASES, WEIGHT_PHASES
+from vllm_doctor.knowledge.parallel import quant_tp
 from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
 from vllm_doctor.versions import version_tuple
 
@@ -492,5 +493,6 @@ CHECKS: dict[str, Check] = {
         failure_site,
         fatal_context,
         hub_target,
-    )
+        quant_tp,
+    )  # fmt: skip
 }
