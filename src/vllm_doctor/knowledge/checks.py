@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.data import Evidence
 from vllm_doctor.knowledge.contract import Check, CheckInput, CheckResult, Options, check
-from vllm_doctor.knowledge.facts import CACHE_PHASES, KV_NEAR_FULL_PCT, LIFE_PHASES, WEIGHT_PHASES
+from vllm_doctor.knowledge.facts import KV_NEAR_FULL_PCT
 from vllm_doctor.knowledge.parallel import quant_tp
+from vllm_doctor.knowledge.phases import oom_phase, shutdown
 from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
 from vllm_doctor.versions import version_tuple
 
@@ -392,24 +393,6 @@ def queue_kind(inp: CheckInput) -> CheckResult:
     return CheckResult(out, evidence, confidence)
 
 
-@check(reads=set(), returns={"oom_phase", "oom_phase_name"})  # reads the startup phases (facts.phases)
-def oom_phase(inp: CheckInput) -> CheckResult:
-    """Whether an out-of-memory error came while loading weights or after (profiling, cache, graphs)."""
-    match = inp.match
-    if match is None:
-        return CheckResult()
-    phase = None
-    where = match.evidence[0].source if match.evidence else 0
-    for line, source, name, _process in inp.facts.phases:
-        if source == where and line <= match.first_line and name not in LIFE_PHASES:
-            phase = name  # the latest phase that began before the error
-    if phase in WEIGHT_PHASES:
-        return CheckResult({"oom_phase": "weights", "oom_phase_name": phase})
-    if phase in CACHE_PHASES:
-        return CheckResult({"oom_phase": "cache", "oom_phase_name": phase})
-    return CheckResult({"oom_phase": "unknown"}, confidence="low")
-
-
 @check(reads={"free_gib", "total_gib"}, returns={"held_by_others_gib", "suggested_utilization"})
 def gpu_headroom(inp: CheckInput) -> CheckResult:
     """The --gpu-memory-utilization that fits in what is actually free."""
@@ -420,15 +403,6 @@ def gpu_headroom(inp: CheckInput) -> CheckResult:
     return CheckResult(
         {"held_by_others_gib": round(float(total) - float(free), 2), "suggested_utilization": max(0.05, fraction)}
     )
-
-
-@check(reads=set(), returns={"during_shutdown", "shutdown_completed"})  # reads the phases (facts.phases)
-def shutdown(inp: CheckInput) -> CheckResult:
-    """Whether the matched line came during a shutdown, and whether the shutdown finished."""
-    at = inp.match.first_line if inp.match else 0
-    started = any(name == "shutdown_started" and line < at for line, _s, name, _p in inp.facts.phases)
-    done = any(name == "shutdown_complete" and line > at for line, _s, name, _p in inp.facts.phases)
-    return CheckResult({"during_shutdown": started, "shutdown_completed": done})
 
 
 @check(

@@ -20,7 +20,9 @@ KV_NEAR_FULL_PCT = 80.0  # KV usage at or above this, with requests waiting, is 
 # the startup and shutdown phases a fact rule may mark (`phase = "..."`), in the order they come;
 # the checks read them (oom_phase: weights or cache; shutdown)
 WEIGHT_PHASES = frozenset({"weights_loading"})
-CACHE_PHASES = frozenset({"weights_loaded", "profiling", "kv_cache_alloc", "graph_capture"})  # an OOM here: the cache
+# an OOM here: the cache; after "kv_cache_sized" (the cache's size printed) or in "graph_capture",
+# what is left beside the cache (warmup-oom)
+CACHE_PHASES = frozenset({"weights_loaded", "profiling", "kv_cache_alloc", "kv_cache_sized", "graph_capture"})
 SHUTDOWN_PHASES = frozenset({"shutdown_started", "shutdown_complete"})
 # a server's lifetime: where one starts (banner, arguments, engine banner) and that it became ready
 LIFE_PHASES = frozenset({"server_start", "ready"})

@@ -43,9 +43,9 @@ class Engine:
                 by_anchor[anchors[a]].append(index)
         self.prefilter = Prefilter(anchors)
         self._by_anchor = by_anchor
-        # rules that mark a phase go first on a line: a restart's banner opens its lifetime before
-        # the same line's other facts (the version, the model) are recorded
-        self._order = {i: (r.phase is None, i) for i, r in enumerate(rules)}
+        # rules that mark a phase go first on a line, a start first of all: a restart's banner opens
+        # its lifetime before the same line's other facts (the version, the model, the cache size)
+        self._order = {i: (r.phase != "server_start", r.phase is None, i) for i, r in enumerate(rules)}
         self._compiled: dict[int, list] = {}
         self.timeouts = 0
         self._spent: dict[int, float] = {}  # matching time per rule (a hostile log can make a
