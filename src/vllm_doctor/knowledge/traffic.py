@@ -7,7 +7,7 @@ from typing import Any
 
 from vllm_doctor.data import Evidence
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
-from vllm_doctor.knowledge.facts import KV_NEAR_FULL_PCT
+from vllm_doctor.knowledge.facts import KV_NEAR_FULL_PCT, StatsSeries
 
 COMMON_SEQ_CAPS = {128, 256, 512, 1024}  # --max-num-seqs defaults across versions and GPUs
 
@@ -54,23 +54,31 @@ def queue_kind(inp: CheckInput) -> CheckResult:
         out["queue_kind"] = "cache-full"
     elif preempted and policy == "priority":
         out["queue_kind"] = "priority"
-    elif s.waiting_samples >= 2 or (s.waiting_max or 0) >= 4:
-        max_seqs = inp.get("max_num_seqs")
-        if s.deferred_max or inp.get("enable_lora"):
-            out["queue_kind"] = "deferred"
-        elif s.waiting_idle == s.waiting_samples or s.idle_run >= 2:
-            out["queue_kind"] = "stall"  # nothing runs while requests wait, at least at the end
-        elif max_seqs and (s.waiting_running_max or 0) >= int(max_seqs):
-            out["queue_kind"] = "sequence-cap"
-        elif s.waiting_running_min == s.waiting_running_max and s.waiting_running_max in COMMON_SEQ_CAPS:
-            out["queue_kind"] = "sequence-cap"  # a steady count at a default --max-num-seqs
-        elif s.waiting_running_min == s.waiting_running_max:
-            out["queue_kind"] = "sequence-cap"
-            confidence = "medium"
-        else:
-            out["queue_kind"] = "batch-limit"
-            confidence = "medium"
+    elif s.waiting_samples >= 2 or (s.waiting_max or 0) >= 4 or (s.samples == 1 and s.waiting_samples):
+        out["queue_kind"], confidence = _why_waiting(inp, s)
     return CheckResult(out, evidence, confidence)
+
+
+def _why_waiting(inp: CheckInput, s: StatsSeries) -> tuple[str, str | None]:
+    """Why requests wait while the cache has room: LoRA slots or KV transfer (deferred), a stall,
+    the sequence cap or the token budget. One sample, when it is all there is, decides too, at
+    low confidence (the numbers that prove a cap still prove it)."""
+    lone = "low" if s.samples == 1 else None
+    max_seqs = inp.get("max_num_seqs")
+    running = s.waiting_running_max or 0
+    if s.deferred_max or inp.get("enable_lora"):
+        return "deferred", lone
+    if s.waiting_idle == s.waiting_samples or s.idle_run >= 2:
+        return "stall", lone  # nothing runs while requests wait, at least at the end
+    if max_seqs and running >= int(max_seqs):
+        return "sequence-cap", None
+    if lone:  # below a known cap: the per-step token budget; the cap unknown: the likelier, the cap
+        return ("batch-limit" if max_seqs else "sequence-cap"), lone
+    if s.waiting_running_min == s.waiting_running_max and s.waiting_running_max in COMMON_SEQ_CAPS:
+        return "sequence-cap", None  # a steady count at a default --max-num-seqs
+    if s.waiting_running_min == s.waiting_running_max:
+        return "sequence-cap", "medium"
+    return "batch-limit", "medium"
 
 
 @check(
