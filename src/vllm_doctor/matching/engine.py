@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from vllm_doctor.data import Evidence, Line, Match, Rule
 from vllm_doctor.knowledge.facts import ARGS, SERIES_FIELDS, Facts, convert, number
 from vllm_doctor.matching.loader import compile_regex
+from vllm_doctor.read import lineparse
 from vllm_doctor.read.logread import CONTEXT_AFTER  # the lines after a hit the reader delivers
 from vllm_doctor.read.prefilter import Prefilter
 
@@ -238,13 +239,30 @@ def _is_tail(line: Line, before: Line) -> bool:
     return bool(head) and (head.islower() or head in " ,.;:)]'\"")
 
 
+def _without_payload_rest(lines: Iterable[Line]) -> Iterator[Line]:
+    """The lines, less the rest of a request payload a terminal wrapped onto the next lines: a
+    user's prompt is data, never a message (read/lineparse.py keeps only a payload line's head)."""
+    open_at: tuple[int, int] | None = None  # (source, line) of the payload's last piece seen
+    for line in lines:
+        if open_at is not None:
+            near = line.source == open_at[0] and 0 < line.no - open_at[1] <= lineparse.PAYLOAD_REST_LINES
+            rest = lineparse.payload_rest(line.text, _bare(line)) if near else False
+            if rest is not False:
+                open_at = (line.source, line.no) if rest else None
+                continue
+            open_at = None
+        if line.text.endswith(lineparse.PAYLOAD_OPEN):
+            open_at = (line.source, line.no)
+        yield line
+
+
 def _neighbourhoods(
     lines: Iterable[Line], after: int = CONTEXT_AFTER
 ) -> Iterator[tuple[Line | None, Line, list[Line]]]:
     """(previous line, line, next lines) for every line, streaming."""
     size = after + 2
     buf: list[Line] = []
-    for line in lines:
+    for line in _without_payload_rest(lines):
         buf.append(line)
         if len(buf) > size:
             del buf[0]
