@@ -109,6 +109,7 @@ ARGS = "args"  # a fact rule group holding a whole argument dump, parsed by pars
 _ARG_FACTS = {
     "model": "model",
     "model_tag": "model",
+    "model_name": "model",  # launchers' MODEL_NAME=
     "max_model_len": "max_model_len",
     "max_seq_len": "max_model_len",
     "tensor_parallel_size": "tensor_parallel_size",
@@ -203,7 +204,7 @@ def parse_args(blob: str) -> tuple[dict[str, Any], bool]:
             raw.setdefault(m.group(1), m.group(2))
     out: dict[str, Any] = {}
     for key, value in raw.items():
-        name = _ARG_FACTS.get(key)
+        name = _ARG_FACTS.get(key) or _ARG_FACTS.get(key.lower().removeprefix("vllm_"))  # TENSOR_PARALLEL_SIZE=4
         if name is None:
             continue
         converted = convert(FACTS[name], value)
