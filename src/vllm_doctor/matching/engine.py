@@ -253,6 +253,8 @@ def _without_payload_rest(lines: Iterable[Line]) -> Iterator[Line]:
             open_at = None
         if line.text.endswith(lineparse.PAYLOAD_OPEN):
             open_at = (line.source, line.no)
+        if line.hit and line.text.endswith((lineparse.PAYLOAD, lineparse.PAYLOAD_OPEN)):
+            line.hit = False  # its anchors were in the payload: no rule is tried on it (it stays a neighbour)
         yield line
 
 
