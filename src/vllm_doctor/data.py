@@ -70,6 +70,7 @@ class Rule:
     confidence: str = "high"
     priority: int = 50  # among blockers, a higher priority is reported first
     wrapper: bool = False  # a generic wrapper error that yields to a real cause
+    fallback: bool = False  # reported only when no other rule explains the failure (unrecognised-failure)
     summary: list[str] = field(default_factory=list)  # first template whose names are known wins
     anchors: list[str] = field(default_factory=list)  # literals that a candidate line must contain
     patterns: list[Pattern] = field(default_factory=list)
@@ -128,6 +129,7 @@ class Diagnosis:
     priority: int = 50
     first_line: int = 0
     wrapper: bool = False
+    fallback: bool = False
 
 
 @dataclass

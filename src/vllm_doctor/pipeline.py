@@ -225,6 +225,10 @@ def _derive(facts: Facts) -> None:
         facts.set("kv_cache.tokens_from", "blocks x block_size" if size else "blocks x default block_size 16", where)
     elif facts.get("kv_cache.tokens") is not None:
         facts.set_default("kv_cache.tokens_from", "log")
+    # the memory profile states the weights and the cache too (V0's summary, V1's DEBUG line)
+    for fact, stated in (("weights_gib", "memory.weights_gib"), ("kv_cache.available_gib", "memory.kv_gib")):
+        if facts.get(fact) is None and facts.get(stated) is not None:
+            facts.set(fact, facts.get(stated), facts.where.get(stated, 0))
 
 
 def status(diagnoses: list[Diagnosis], recognised: bool, life: Lifetime | None = None) -> str:

@@ -110,10 +110,16 @@ def nul_holes(holes: int = 5, size: int = 4096, seed: int = 0) -> bytes:
     return bytes(out + _text([BLOCKER]))
 
 
+# the records of DENSE glued into one line, as a paste that lost its newlines has them, less the
+# request log: what follows a request log's head is the user's prompt and is never matched (issue
+# 15, class 10), so a failure glued after one is data too: the safe side for planted text
+GLUED = " ".join(DENSE[1:]).format(s=1, i=1) + " "
+
+
 def megaline(size: int = 1 << 20, failure_at_end: bool = True) -> bytes:
     """One line of `size` bytes, anchor words all along it (a paste that lost its newlines), the
     failure at its end: a reader that matches only around the first anchor misses it."""
-    piece = " ".join(DENSE).format(s=1, i=1) + " "
+    piece = GLUED
     body = piece * (size // len(piece))
     return _text(STARTUP) + ((body + BLOCKER) if failure_at_end else (BLOCKER + body)).encode() + b"\n"
 

@@ -83,7 +83,7 @@ def test_a_megabyte_line_full_of_anchors_with_the_failure_at_its_end(tmp_path, s
 
 
 def test_a_failure_in_the_middle_of_a_long_line_of_anchors(tmp_path):
-    piece = " ".join(shapes.DENSE).format(s=1, i=1) + " "
+    piece = shapes.GLUED
     line = piece * 3000 + shapes.BLOCKER + " " + piece * 3000
     report = explain(tmp_path, (line + "\n").encode())
     assert blocker(report)["evidence"][0]["line"] == 1

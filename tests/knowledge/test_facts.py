@@ -74,3 +74,11 @@ def test_a_stats_line_with_garbage_numbers_is_read_without_crashing(run, tmp_pat
     )
     report = run(log)  # used to raise TypeError
     assert report.facts["stats"]["samples"] >= 1 and report.facts["stats"]["running_max"] == 5
+
+
+def test_environment_style_arguments_are_read():
+    from vllm_doctor.knowledge.facts import parse_args
+
+    assert parse_args("TENSOR_PARALLEL_SIZE=4")[0] == {"tensor_parallel_size": 4}
+    assert parse_args("VLLM_MAX_MODEL_LEN='8192'")[0] == {"max_model_len": 8192}
+    assert parse_args("MODEL_NAME=Qwen/Qwen2.5-7B")[0] == {"model": "Qwen/Qwen2.5-7B"}

@@ -119,3 +119,24 @@ def test_every_category_is_in_the_readme_and_every_readme_category_exists(rules)
     used = {r.category for r in rules if r.kind == "diagnosis"}
     assert used - listed == set(), "categories missing from the README"
     assert listed - used == set(), "README categories with no rule"
+
+
+def test_every_fix_of_a_memory_category_moves_the_numbers_its_way(rules):
+    """The rule of the house: a category names one cause and its fixes move the numbers the right
+    way. A cache that is too small never gets a lower --gpu-memory-utilization (except to fit in
+    what other processes leave, which the GPU snapshot proves: `lower_utilization`); memory taken
+    beside a sized cache never gets a higher one."""
+    for r in rules:
+        for f in r.fixes:
+            for action, _why, _value in f.variants():
+                if r.category in ("cache-oom", "weights-oom"):
+                    lowers = action.startswith("Lower --gpu-memory-utilization")
+                    assert not lowers or "lower_utilization" in (f.when or ""), (r.id, action)
+                if r.category == "warmup-oom":
+                    assert not action.startswith("Raise --gpu-memory-utilization"), (r.id, action)
+
+
+def test_rules_show_states_the_taxonomy_rule(rules):
+    from vllm_doctor.matching.ruledoc import TAXONOMY, document
+
+    assert TAXONOMY in document(next(r for r in rules if r.id == "cuda-oom-after-cache-sized"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from vllm_doctor.read import lineparse
 from vllm_doctor.read.lineparse import parse, strip_colour
 
 MSG = "GPU KV cache size: 442,224 tokens"
@@ -183,3 +184,37 @@ def test_prefixes_stack_in_any_order():
         f"ERROR 07-10 14:22:05 [multiproc_executor.py:1] {MSG}"
     )
     assert clean(raw) == (MSG, "Worker_TP1", "ERROR")
+
+
+PAYLOADS = [
+    ("INFO 05-01 12:00:00 [logger.py:39] Received request chatcmpl-9f2c: prompt: 'OSError: [Errno 98] Address already"
+     " in use', params: SamplingParams(n=1, max_tokens=5), prompt_token_ids: [1], lora_request: None.",
+     "Received request chatcmpl-9f2c" + lineparse.PAYLOAD),
+    ("INFO 05-01 12:00:00 [logger.py:39] Received request cmpl-1: prompt: 'No available memory for the cache",
+     "Received request cmpl-1" + lineparse.PAYLOAD_OPEN),  # a terminal wrapped the rest onto the next lines
+    ("INFO 05-01 12:00:00 [logger.py:49] Generated response cmpl-1: output: 'CUDA out of memory', output_token_ids: [1],"
+     " finish_reason: stop", "Generated response cmpl-1" + lineparse.PAYLOAD),
+    ("DEBUG 05-01 12:00:00 [logger.py:49] Request cmpl-1 details: prompt: 'x', prompt_token_ids: [1], prompt_embeds"
+     " shape: None.", "Request cmpl-1 details" + lineparse.PAYLOAD),
+    ("app INFO prompt='CUDA out of memory' params: SamplingParams(n=1)", "app INFO" + lineparse.PAYLOAD),
+    ("(APIServer pid=1) INFO 05-01 12:00:00 [async_llm.py:270] Added request chatcmpl-9f2c.", "Added request chatcmpl-9f2c."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("raw", "message"), PAYLOADS)
+def test_request_payloads_keep_only_their_head(raw, message):
+    assert clean(raw)[0] == message
+
+
+def test_lines_that_only_mention_requests_are_untouched():
+    for raw in ("ERROR 05-01 12:00:00 [serving_chat.py:200] Error in preprocessing prompt inputs",
+                "    params = SamplingParams(**kwargs)",
+                "TypeError: SamplingParams.__init__() got an unexpected keyword argument 'foo'"):  # fmt: skip
+        assert lineparse.PAYLOAD not in clean(raw)[0]
+
+
+def test_the_rest_of_a_wrapped_payload_is_payload_until_its_end_or_a_traceback():
+    assert lineparse.payload_rest("in use when I start vllm twice?', params: SamplingParams(n=1)", True) is True
+    assert lineparse.payload_rest("prompt_token_ids: None, lora_request: None.", True) is None
+    assert lineparse.payload_rest("Traceback (most recent call last):", True) is False
+    assert lineparse.payload_rest("Received request", False) is False  # a prefixed line is a new record

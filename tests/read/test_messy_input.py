@@ -333,6 +333,7 @@ def test_every_mess_kind_has_a_fixture():
     names = {p.name for p in LOGS.rglob("*.log*") if not p.name.endswith(".toml")}
     kinds = [
         "colour-real-esc",
+        "request-log",  # a user's prompt quoting errors: data, never a message
         "colour-caret-text",
         "colour-syslog-033",
         "colour-esc-byte-lost",

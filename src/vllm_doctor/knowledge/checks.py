@@ -15,9 +15,11 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vllm_doctor.data import Evidence
 from vllm_doctor.knowledge.contract import Check, CheckInput, CheckResult, Options, check
-from vllm_doctor.knowledge.facts import CACHE_PHASES, KV_NEAR_FULL_PCT, LIFE_PHASES, WEIGHT_PHASES
+from vllm_doctor.knowledge.parallel import quant_tp
+from vllm_doctor.knowledge.phases import oom_phase, shutdown
+from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
+from vllm_doctor.knowledge.traffic import prompt_budget, queue_kind, request_limit
 from vllm_doctor.versions import version_tuple
 
 if TYPE_CHECKING:  # the model module loads only when a model is involved
@@ -32,7 +34,6 @@ MAX_TP_LISTED = 8  # tensor-parallel sizes listed when the GPU count is unknown
 # the CPU attention backend's block size: the lab's 0.32 recordings hold 1 GiB / 131,072 B = 64 blocks
 # of 128 tokens, and the startup check's null block is 128 tokens (8,192 -> 8,064)
 CPU_BLOCK_SIZE = 128
-COMMON_SEQ_CAPS = {128, 256, 512, 1024}  # --max-num-seqs defaults across versions and GPUs
 
 
 # the names the shared helpers read, for the declarations of the checks that call them
@@ -329,85 +330,6 @@ def rope_advice(shape: ModelShape, requested: int | None, derived: int) -> dict[
     return out
 
 
-@check(reads={"limit", "max_model_len", "prompt_tokens", "total_tokens"}, returns={"over_by", "max_tokens_allowed"})
-def request_limit(inp: CheckInput) -> CheckResult:
-    """How far a rejected request was over the server's limit."""
-    limit = inp.get("limit", "max_model_len")
-    prompt = inp.get("prompt_tokens")
-    total = inp.get("total_tokens")
-    out: dict[str, Any] = {}
-    if limit is not None and (prompt is not None or total is not None):
-        out["over_by"] = int(total if total is not None else prompt) - int(limit)
-        if prompt is not None and int(prompt) < int(limit):
-            out["max_tokens_allowed"] = int(limit) - int(prompt)
-    return CheckResult(out)
-
-
-@check(
-    reads={"scheduling_policy", "max_num_seqs", "enable_lora"},  # and the stats series (facts.stats)
-    returns={"stats_samples", "waiting_max", "waiting_samples", "kv_usage_max_pct", "waiting_kv_max_pct",
-             "kv_near_full_pct", "preemptions", "full_run_max", "running_while_waiting_max", "queue_kind"},
-)  # fmt: skip
-def queue_kind(inp: CheckInput) -> CheckResult:
-    """Why requests wait: a full KV cache, the sequence cap, a stall, or deferred (LoRA/transfer)."""
-    s = inp.facts.stats
-    out: dict[str, Any] = {
-        "stats_samples": s.samples,
-        "waiting_max": s.waiting_max,
-        "waiting_samples": s.waiting_samples,
-        "kv_usage_max_pct": s.kv_usage_max_pct,
-        "waiting_kv_max_pct": s.waiting_kv_max_pct,
-        "kv_near_full_pct": KV_NEAR_FULL_PCT,
-        "preemptions": s.preemptions,
-        "full_run_max": s.full_run_max,
-    }
-    if s.waiting_running_max is not None:
-        out["running_while_waiting_max"] = s.waiting_running_max
-    evidence = [Evidence(line, text, source) for line, source, text in s.evidence[:4]]
-    confidence = None
-    preempted = bool(s.preemptions)
-    policy = str(inp.get("scheduling_policy") or "")
-    if s.waiting_full or (preempted and policy != "priority"):
-        out["queue_kind"] = "cache-full"
-    elif preempted and policy == "priority":
-        out["queue_kind"] = "priority"
-    elif s.waiting_samples >= 2 or (s.waiting_max or 0) >= 4:
-        max_seqs = inp.get("max_num_seqs")
-        if s.deferred_max or inp.get("enable_lora"):
-            out["queue_kind"] = "deferred"
-        elif s.waiting_idle == s.waiting_samples or s.idle_run >= 2:
-            out["queue_kind"] = "stall"  # nothing runs while requests wait, at least at the end
-        elif max_seqs and (s.waiting_running_max or 0) >= int(max_seqs):
-            out["queue_kind"] = "sequence-cap"
-        elif s.waiting_running_min == s.waiting_running_max and s.waiting_running_max in COMMON_SEQ_CAPS:
-            out["queue_kind"] = "sequence-cap"  # a steady count at a default --max-num-seqs
-        elif s.waiting_running_min == s.waiting_running_max:
-            out["queue_kind"] = "sequence-cap"
-            confidence = "medium"
-        else:
-            out["queue_kind"] = "batch-limit"
-            confidence = "medium"
-    return CheckResult(out, evidence, confidence)
-
-
-@check(reads=set(), returns={"oom_phase", "oom_phase_name"})  # reads the startup phases (facts.phases)
-def oom_phase(inp: CheckInput) -> CheckResult:
-    """Whether an out-of-memory error came while loading weights or after (profiling, cache, graphs)."""
-    match = inp.match
-    if match is None:
-        return CheckResult()
-    phase = None
-    where = match.evidence[0].source if match.evidence else 0
-    for line, source, name, _process in inp.facts.phases:
-        if source == where and line <= match.first_line and name not in LIFE_PHASES:
-            phase = name  # the latest phase that began before the error
-    if phase in WEIGHT_PHASES:
-        return CheckResult({"oom_phase": "weights", "oom_phase_name": phase})
-    if phase in CACHE_PHASES:
-        return CheckResult({"oom_phase": "cache", "oom_phase_name": phase})
-    return CheckResult({"oom_phase": "unknown"}, confidence="low")
-
-
 @check(reads={"free_gib", "total_gib"}, returns={"held_by_others_gib", "suggested_utilization"})
 def gpu_headroom(inp: CheckInput) -> CheckResult:
     """The --gpu-memory-utilization that fits in what is actually free."""
@@ -418,15 +340,6 @@ def gpu_headroom(inp: CheckInput) -> CheckResult:
     return CheckResult(
         {"held_by_others_gib": round(float(total) - float(free), 2), "suggested_utilization": max(0.05, fraction)}
     )
-
-
-@check(reads=set(), returns={"during_shutdown", "shutdown_completed"})  # reads the phases (facts.phases)
-def shutdown(inp: CheckInput) -> CheckResult:
-    """Whether the matched line came during a shutdown, and whether the shutdown finished."""
-    at = inp.match.first_line if inp.match else 0
-    started = any(name == "shutdown_started" and line < at for line, _s, name, _p in inp.facts.phases)
-    done = any(name == "shutdown_complete" and line > at for line, _s, name, _p in inp.facts.phases)
-    return CheckResult({"during_shutdown": started, "shutdown_completed": done})
 
 
 @check(
@@ -488,5 +401,10 @@ CHECKS: dict[str, Check] = {
         gpu_headroom,
         shutdown,
         concurrency_budget,
+        failure_site,
+        fatal_context,
+        hub_target,
+        quant_tp,
+        prompt_budget,
     )
 }

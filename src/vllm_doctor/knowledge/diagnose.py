@@ -81,6 +81,7 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
         fixes=fixes,
         priority=rule.priority,
         wrapper=rule.wrapper,
+        fallback=rule.fallback,
         first_line=match.first_line if match else (evidence[0].line if evidence else 0),
     )
 
@@ -97,6 +98,14 @@ def render_fix(fix: Fix, values: dict[str, Any]) -> tuple[tuple[str, str, str | 
     return None
 
 
+def _explained(fallback: Diagnosis, others: list[Diagnosis]) -> bool:
+    lines = {(e.line, e.source) for e in fallback.evidence}  # the failure's line and the frame that raised it
+    for d in others:
+        if (d.severity == "blocker" and not d.wrapper) or any((e.line, e.source) in lines for e in d.evidence):
+            return True
+    return False
+
+
 def _lower(a: str, b: str) -> str:
     order = ("high", "medium", "low")
     return order[max(order.index(a), order.index(b))]
@@ -107,7 +116,16 @@ def _key(d: Diagnosis):
 
 
 def rank(found: list[Diagnosis]) -> list[Diagnosis]:
-    """Most important first; a wrapper error yields to any real cause and becomes its context."""
+    """Most important first; a wrapper error yields to any real cause and becomes its context. A
+    fallback (the unrecognised failure) is dropped when another rule explains the failure: a
+    blocker that is a cause (not a wrapper), or a rule that matched the failure's own line or the
+    frame that raised it."""
+    fallbacks = [d for d in found if d.fallback]
+    if fallbacks:
+        found = [d for d in found if not d.fallback]
+        for fb in fallbacks:
+            if not _explained(fb, found):
+                found.append(fb)
     wrappers = [d for d in found if d.wrapper]
     causes = sorted((d for d in found if not d.wrapper), key=_key)
     if causes and causes[0].severity == "blocker" and wrappers:

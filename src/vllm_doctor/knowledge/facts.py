@@ -13,12 +13,16 @@ from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from vllm_doctor.data import Line
+
 KV_NEAR_FULL_PCT = 80.0  # KV usage at or above this, with requests waiting, is a full cache
 
 # the startup and shutdown phases a fact rule may mark (`phase = "..."`), in the order they come;
 # the checks read them (oom_phase: weights or cache; shutdown)
 WEIGHT_PHASES = frozenset({"weights_loading"})
-CACHE_PHASES = frozenset({"weights_loaded", "profiling", "kv_cache_alloc", "graph_capture"})  # an OOM here: the cache
+# an OOM here: the cache; after "kv_cache_sized" (the cache's size printed) or in "graph_capture",
+# what is left beside the cache (warmup-oom)
+CACHE_PHASES = frozenset({"weights_loaded", "profiling", "kv_cache_alloc", "kv_cache_sized", "graph_capture"})
 SHUTDOWN_PHASES = frozenset({"shutdown_started", "shutdown_complete"})
 # a server's lifetime: where one starts (banner, arguments, engine banner) and that it became ready
 LIFE_PHASES = frozenset({"server_start", "ready"})
@@ -84,12 +88,28 @@ STATS_FIELDS = {
     "gen_tps": float,
 }
 
+# fields of one traceback record a `series = "traceback"` rule may fill: a frame (file, lineno,
+# function, code), the exception that ended a traceback (exc_type, exc_message), or a line that says
+# the process failed without one (fatal)
+TRACEBACK_FIELDS = {
+    "file": str,
+    "lineno": int,
+    "function": str,
+    "code": str,
+    "exc_type": str,
+    "exc_message": str,
+    "fatal": str,
+}
+SERIES_FIELDS = {"stats": STATS_FIELDS, "traceback": TRACEBACK_FIELDS}
+TRACEBACK_KEPT = 600  # records kept per lifetime (the latest): a startup's tracebacks fit many times over
+
 ARGS = "args"  # a fact rule group holding a whole argument dump, parsed by parse_args()
 
 # argument names in the dumps -> fact names
 _ARG_FACTS = {
     "model": "model",
     "model_tag": "model",
+    "model_name": "model",  # launchers' MODEL_NAME=
     "max_model_len": "max_model_len",
     "max_seq_len": "max_model_len",
     "tensor_parallel_size": "tensor_parallel_size",
@@ -184,7 +204,7 @@ def parse_args(blob: str) -> tuple[dict[str, Any], bool]:
             raw.setdefault(m.group(1), m.group(2))
     out: dict[str, Any] = {}
     for key, value in raw.items():
-        name = _ARG_FACTS.get(key)
+        name = _ARG_FACTS.get(key) or _ARG_FACTS.get(key.lower().removeprefix("vllm_"))  # TENSOR_PARALLEL_SIZE=4
         if name is None:
             continue
         converted = convert(FACTS[name], value)
@@ -294,12 +314,32 @@ def _min(a, b):
     return b if a is None or b < a else a
 
 
+@dataclass(slots=True)
+class TracebackRecord:
+    """A frame, an exception line or a fatal line of a traceback, where it was (knowledge/tracebacks.py reads them)."""
+
+    line: int
+    source: int
+    process: str | None
+    level: str | None
+    text: str
+    fields: dict[str, Any]
+
+
 @dataclass
 class Facts:
     values: dict[str, Any] = field(default_factory=dict)
     where: dict[str, int] = field(default_factory=dict)  # fact -> line it was last read from
     stats: StatsSeries = field(default_factory=StatsSeries)
     phases: deque = field(default_factory=lambda: deque(maxlen=256))  # (line, source, phase, process)
+    traceback: deque = field(default_factory=lambda: deque(maxlen=TRACEBACK_KEPT))  # TracebackRecord
+
+    def add_sample(self, series: str, sample: dict[str, Any], line: Line, text: str) -> None:
+        """One match of a `series` rule: a stats sample, or a traceback record."""
+        if series == "traceback":
+            self.traceback.append(TracebackRecord(line.no, line.source, line.process, line.level, text, sample))
+        else:
+            self.stats.add(sample, line.no, line.source, text)
 
     def set(self, name: str, value: Any, line: int = 0) -> None:
         value = convert(FACTS[name], value)

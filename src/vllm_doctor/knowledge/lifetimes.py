@@ -253,6 +253,7 @@ def _merge(into: Lifetime, other: Lifetime, before: bool = False) -> None:
     for rule_id, match in other.matches.items():
         into.matches.setdefault(rule_id, match)
     into.facts.phases.extend(other.facts.phases)
+    into.facts.traceback.extend(other.facts.traceback)
     into.kinds |= other.kinds
     into.pids |= other.pids
     into.hosts |= other.hosts

@@ -12,8 +12,9 @@ from time import perf_counter
 from typing import Any, Protocol
 
 from vllm_doctor.data import Evidence, Line, Match, Rule
-from vllm_doctor.knowledge.facts import ARGS, STATS_FIELDS, Facts, convert, number
+from vllm_doctor.knowledge.facts import ARGS, SERIES_FIELDS, Facts, convert, number
 from vllm_doctor.matching.loader import compile_regex
+from vllm_doctor.read import lineparse
 from vllm_doctor.read.logread import CONTEXT_AFTER  # the lines after a hit the reader delivers
 from vllm_doctor.read.prefilter import Prefilter
 
@@ -46,9 +47,9 @@ class Engine:
                 by_anchor[anchors[a]].append(index)
         self.prefilter = Prefilter(anchors)
         self._by_anchor = by_anchor
-        # rules that mark a phase go first on a line: a restart's banner opens its lifetime before
-        # the same line's other facts (the version, the model) are recorded
-        self._order = {i: (r.phase is None, i) for i, r in enumerate(rules)}
+        # rules that mark a phase go first on a line, a start first of all: a restart's banner opens
+        # its lifetime before the same line's other facts (the version, the model, the cache size)
+        self._order = {i: (r.phase != "server_start", r.phase is None, i) for i, r in enumerate(rules)}
         self._compiled: dict[int, list] = {}
         self.timeouts = 0
         self._spent: dict[int, float] = {}  # matching time per rule (a hostile log can make a slow
@@ -154,13 +155,14 @@ class Engine:
 
 def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) -> None:
     if rule.series:
+        kinds = SERIES_FIELDS[rule.series]
         sample: dict[str, Any] = {}  # typed per field: a mangled line's "99.x%" or 5000-digit count is no value
         for group, text in groups.items():
             name = rule.facts.get(group)
-            value = convert(STATS_FIELDS[name], text) if name else None
+            value = convert(kinds[name], text) if name else None
             if name and value is not None:
                 sample[name] = value
-        facts.stats.add(sample, line.no, line.source, line.raw.strip()[:EVIDENCE_CHARS])
+        facts.add_sample(rule.series, sample, line, line.raw.strip()[:EVIDENCE_CHARS])
     else:
         for group, value in groups.items():
             name = rule.facts.get(group)
@@ -244,13 +246,32 @@ def _is_tail(line: Line, before: Line) -> bool:
     return bool(head) and (head.islower() or head in " ,.;:)]'\"")
 
 
+def _without_payload_rest(lines: Iterable[Line]) -> Iterator[Line]:
+    """The lines, less the rest of a request payload a terminal wrapped onto the next lines: a
+    user's prompt is data, never a message (read/lineparse.py keeps only a payload line's head)."""
+    open_at: tuple[int, int] | None = None  # (source, line) of the payload's last piece seen
+    for line in lines:
+        if open_at is not None:
+            near = line.source == open_at[0] and 0 < line.no - open_at[1] <= lineparse.PAYLOAD_REST_LINES
+            rest = lineparse.payload_rest(line.text, _bare(line)) if near else False
+            if rest is not False:
+                open_at = (line.source, line.no) if rest else None
+                continue
+            open_at = None
+        if line.text.endswith(lineparse.PAYLOAD_OPEN):
+            open_at = (line.source, line.no)
+        if line.hit and line.text.endswith((lineparse.PAYLOAD, lineparse.PAYLOAD_OPEN)):
+            line.hit = False  # its anchors were in the payload: no rule is tried on it (it stays a neighbour)
+        yield line
+
+
 def _neighbourhoods(
     lines: Iterable[Line], after: int = CONTEXT_AFTER
 ) -> Iterator[tuple[Line | None, Line, list[Line]]]:
     """(previous line, line, next lines) for every line, streaming."""
     size = after + 2
     buf: list[Line] = []
-    for line in lines:
+    for line in _without_payload_rest(lines):
         buf.append(line)
         if len(buf) > size:
             del buf[0]

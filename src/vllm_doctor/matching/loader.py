@@ -16,7 +16,7 @@ from typing import Any
 
 from vllm_doctor.data import CONFIDENCES, SEVERITIES, Fix, Pattern, Rule
 from vllm_doctor.errors import DoctorError
-from vllm_doctor.knowledge.facts import ARGS, FACTS, STATS_FIELDS
+from vllm_doctor.knowledge.facts import ARGS, FACTS, SERIES_FIELDS
 from vllm_doctor.matching import expr
 from vllm_doctor.matching.contract import _close, name_problems
 
@@ -30,14 +30,14 @@ MAX_ANCHORS = 64
 MAX_PATTERNS = 32
 
 _RULE_KEYS = {
-    "id", "kind", "category", "title", "severity", "confidence", "priority", "wrapper", "summary",
+    "id", "kind", "category", "title", "severity", "confidence", "priority", "wrapper", "fallback", "summary",
     "explanation", "anchors", "patterns", "facts", "series", "phase", "checks", "when", "fixes",
     "references",
 }  # fmt: skip
 _PATTERN_KEYS = {"regex", "since", "until", "source", "level", "unless", "example", "counter_example"}
 _FIX_KEYS = {"action", "flag", "value", "when", "why"}
 _LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
-SERIES = {"stats": STATS_FIELDS}
+SERIES = SERIES_FIELDS
 
 
 class RuleError(DoctorError):
@@ -452,10 +452,11 @@ def _diagnosis_rule(data: dict, rule: Rule, out: _Problems) -> None:
     if not isinstance(priority, int) or isinstance(priority, bool):
         out.add("priority", "must be an integer")
         priority = 50
-    wrapper = data.get("wrapper", False)
-    if not isinstance(wrapper, bool):
-        out.add("wrapper", "must be true or false")
-        wrapper = False
+    wrapper, fallback = data.get("wrapper", False), data.get("fallback", False)
+    for key, flag in (("wrapper", wrapper), ("fallback", fallback)):
+        if not isinstance(flag, bool):
+            out.add(key, "must be true or false")
+    wrapper, rule.fallback = wrapper is True, fallback is True
     summary = out.strings(data, "summary")
     rule.summary = summary or []
     for t in rule.summary:

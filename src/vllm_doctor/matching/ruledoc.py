@@ -8,11 +8,18 @@ from vllm_doctor.data import Rule
 from vllm_doctor.matching.contract import rule_groups
 from vllm_doctor.matching.loader import check_file, compile_regex, rule_files
 
+# the rule of the house for categories (README "Categories"), shown with every diagnosis rule
+TAXONOMY = (
+    "A category names one cause, and every fix of it moves the numbers the right way for that cause "
+    "(an OOM of the weights, of a too-small cache and beside a sized cache are three categories)."
+)
+
 
 def document(rule: Rule) -> str:
     out = [f"{rule.id}: {rule.title}", ""]
     if rule.kind == "diagnosis":
         out.append(f"category {rule.category} · severity {rule.severity} · confidence {rule.confidence}")
+        out.append(TAXONOMY)
     else:
         out.append("fact rule: fills facts, reports nothing by itself")
     out += ["", "What it means", "", _indent(rule.explanation), ""]

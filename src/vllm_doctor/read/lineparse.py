@@ -63,6 +63,47 @@ _INSERTED = re.compile(r"\[address=[^\]]*\]\s*")  # servers that insert [address
 _SOURCE_LAST = re.compile(r"\s+\((?:[\w./\-]+/)?\w+\.py:\d+\)\s*$")  # wrappers: "msg (scheduler.py:1558)"
 _TQDM_HEAD = re.compile(r"(?<!\d)\d+/\d+ \[[^\]]{0,80}\]|it/s\]|s/it\]")  # searched: linear in the line
 _JSON_KEYS = ("log", "message", "msg", "MESSAGE")
+# Request logging prints what a client sent and what the model wrote (vllm/entrypoints/logger.py):
+# "Received request chatcmpl-1: prompt: '...', params: SamplingParams(...), ...", "Request X details:
+# prompt: ...", "Generated response X: output: '...', ...", V0's "Added request X.". That text is a
+# user's: it is data, never a message, so the line keeps only its head (nobody who can send a
+# request can plant a diagnosis by quoting an error in a prompt).
+_PAYLOAD_HEAD = re.compile(
+    r"(?:Received request|Generated response|Added request|Finished request|Aborted request) [\w\-.:]{1,200}?(?=[:.,]?(?:\s|$))"
+    r"|Request [\w\-.:]{1,200}? details(?=:)"
+)
+_PAYLOAD_DUMP = re.compile(r"params: (?:Sampling|Pooling|BeamSearch)Params\(")  # a request dump without its head
+_PAYLOAD_DONE = re.compile(
+    r"(?:lora_request|prompt_adapter_request|prompt_embeds shape|num_prompt_tokens|finish_reason): [^,']{0,200}\.?\s*$"
+)
+PAYLOAD = " [request payload]"  # what is left of a payload line (the engine joins no neighbour to it)
+PAYLOAD_OPEN = " [request payload, cut by a wrap]"  # ... that ends mid-dump: the next bare lines are its rest
+
+
+PAYLOAD_REST_LINES = 200  # a long prompt hard-wrapped by a terminal: at most this many lines of it
+
+
+def payload_rest(text: str, bare: bool) -> bool | None:
+    """For a line after a payload cut by a wrap: True when it is more of the payload (a bare line
+    that is not a traceback's), None when it is the payload's last piece, False when the payload is over."""
+    if not bare or text.startswith("Traceback (most recent call last)") or text.lstrip().startswith('File "'):
+        return False
+    return None if _PAYLOAD_DONE.search(text) else True
+
+
+def _payload(message: str) -> str | None:
+    """The head of a request-logging line, its payload dropped; None for any other line."""
+    head = _PAYLOAD_HEAD.match(message)
+    if head is None:
+        dump = _PAYLOAD_DUMP.search(message)
+        if dump is None:
+            return None
+        start = message.find("prompt", 0, dump.start())
+        return message[: start if start >= 0 else dump.start()].rstrip(" :,") + PAYLOAD
+    rest = message[head.end() :].strip()
+    if not rest or rest in (".", ":"):
+        return message.rstrip()  # "Added request X." says nothing a user wrote
+    return head.group(0) + (PAYLOAD if _PAYLOAD_DONE.search(rest) or message.rstrip().endswith(")") else PAYLOAD_OPEN)
 
 
 def collector_prefix(text: str) -> str:
@@ -153,4 +194,7 @@ def parse(raw: str) -> tuple[str, str | None, str | None]:
         if found:
             level = {"WARN": "WARNING", "FATAL": "CRITICAL"}.get(found, found)
         pos = m.end()
-    return text[pos:], process, level
+    message = text[pos:]
+    if "request" in message or "Request" in message or "response" in message or "Params(" in message:
+        message = _payload(message) or message
+    return message, process, level
