@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -57,6 +58,18 @@ example = "it happened 3"
 action = "Do the thing"
 why = "Because."
 """
+
+
+FAKE_VLLM = ROOT / "tests" / "serve" / "fakevllm.py"  # a real child that replays a recording
+
+
+@pytest.fixture
+def fake_bin(tmp_path):
+    """An executable `vllm` that execs the fake (same pid, so signals reach it directly)."""
+    path = tmp_path / "vllm"
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_VLLM}" "$@"\n')
+    path.chmod(0o755)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,9 @@ import sys
 
 from typer.testing import CliRunner
 
-from conftest import LAB, ROOT
+from conftest import LAB
 from vllm_doctor.cli import app
 
-FAKE = ROOT / "tests" / "serve" / "fakevllm.py"
 URL_PASS = "urlpass-7d1e2f"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzz"
 AWS_ID = "AKIAIOSFODNN7EXAMPLE"
@@ -45,11 +44,9 @@ def _planted(tmp_path):
     return path
 
 
-def test_serve_report_directory_holds_none_of_them(tmp_path):
+def test_serve_report_directory_holds_none_of_them(tmp_path, fake_bin):
     log = _planted(tmp_path)
-    vllm = tmp_path / "vllm"
-    vllm.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    vllm.chmod(0o755)
+    vllm = fake_bin
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
     env.update(FAKE_REPLAY=str(log), FAKE_END="exit:1", VLLM_LOADER_SECRET=SPLIT)
     p = subprocess.run(

@@ -14,14 +14,13 @@ import tracemalloc
 
 import pytest
 
-from conftest import LAB, ROOT
+from conftest import LAB
 from vllm_doctor.render import redact as redact_mod
 from vllm_doctor.render.redact import MASK, Redactor
 from vllm_doctor.serve import incident
 from vllm_doctor.serve import options as options_mod
 from vllm_doctor.serve import wrapper as serve_mod
 
-FAKE = ROOT / "tests" / "serve" / "fakevllm.py"
 TP = LAB / "tp-divisibility.log"
 HF = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 SK = "sk-live-3f9a8b7c6d5e4f3a2b1c"
@@ -125,11 +124,6 @@ def _in_process(tmp_path, fake_bin, monkeypatch, **opts):
             )
         )
     return o, (tmp_path / "err").read_text()
-
-
-@pytest.fixture
-def fake_bin(tmp_path):
-    return _script(tmp_path, f'exec "{sys.executable}" "{FAKE}" "$@"\n')
 
 
 def test_when_server_log_fails_the_capture_is_kept_and_named(tmp_path, fake_bin, monkeypatch):

@@ -14,18 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAB, ROOT
+from conftest import LAB
 
-FAKE = ROOT / "tests" / "serve" / "fakevllm.py"
 linux = pytest.mark.skipif(sys.platform != "linux", reason="/proc and prctl are Linux's")
-
-
-@pytest.fixture
-def fake_bin(tmp_path):
-    path = tmp_path / "vllm"
-    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    path.chmod(0o755)
-    return path
 
 
 def _env(**fake):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import LAB, ROOT
+from conftest import LAB
 from vllm_doctor.cli import app
 from vllm_doctor.render.redact import FORMS, MASK, Redactor, flag_values, is_secret_name, redact, secret_values
 
@@ -229,14 +229,9 @@ def test_explain_markdown_and_json_redact_by_default(tmp_path):
         assert Redactor().line(lines[e["line"] - 1]).strip()[:80] == e["text"][:80]
 
 
-FAKE = ROOT / "tests" / "serve" / "fakevllm.py"
-
-
-def test_serve_report_directory_is_redacted(tmp_path):
+def test_serve_report_directory_is_redacted(tmp_path, fake_bin):
     log = seeded_log(tmp_path)
-    vllm = tmp_path / "vllm"
-    vllm.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    vllm.chmod(0o755)
+    vllm = fake_bin
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
     env.update(
         FAKE_REPLAY=str(log),

@@ -14,22 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAB, ROOT
+from conftest import LAB
 from vllm_doctor.serve import options as options_mod
 from vllm_doctor.serve import watch as watch_mod
 from vllm_doctor.serve import wrapper as serve_mod
 
-FAKE = ROOT / "tests" / "serve" / "fakevllm.py"
 REPORT_FILES = {"report.md", "report.json", "server.log", "env.txt"}
-
-
-@pytest.fixture
-def fake_bin(tmp_path):
-    """An executable `vllm` that execs the fake (same pid, so signals reach it directly)."""
-    path = tmp_path / "vllm"
-    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    path.chmod(0o755)
-    return path
 
 
 def _env(**fake):
