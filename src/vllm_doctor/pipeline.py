@@ -140,13 +140,6 @@ def build(
     )
 
 
-def with_model_and_gpu(facts: Facts, options: Options) -> tuple[Options, str | None]:
-    """Options with the model's shape (from --config, --model, or the model the log names) and this
-    machine's GPU snapshot filled in, and the one-line reason when there is no shape.
-    Raises modelcfg.ConfigError only for an explicit --config that cannot be read."""
-    return _with_model(facts, _with_gpu(options), {})
-
-
 def _with_gpu(options: Options) -> Options:
     """This machine's GPU snapshot, taken once (or the caller's: serve, tests with a fake NVML adapter)."""
     if options.gpu_snapshot is not None:
