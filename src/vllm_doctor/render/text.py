@@ -38,7 +38,7 @@ from vllm_doctor.render.summary import (
 
 _STYLE = {"blocker": "bold white on red", "warning": "bold black on yellow", "info": "bold white on blue"}
 _STATUS = {"failed": "bold red", "degraded": "bold yellow", "healthy": "bold green", "unknown": "bold"}
-EVIDENCE_SHOWN = 3  # evidence lines per diagnosis without -v
+EVIDENCE_SHOWN = 2  # evidence lines per diagnosis without -v
 CUT = "…"
 
 
@@ -138,10 +138,13 @@ class _Screen:
         if self.verbose:
             self.work(report)
         elif self.hidden or model_line(report) or work_rows(report) or report.facts.get("gpu"):
-            self.blank()
             self.say("(-v: every reason, number and evidence line, the model and the GPUs)", "dim")
 
     def diagnosis(self, d: Diagnosis, report: Report, command: str | None) -> None:
+        if d.severity == "info" and not self.verbose and not d.fixes and not command:
+            self.say(d.summary, indent=2, head=" INFO ", head_style=_STYLE["info"], gap=1)  # a note: one paragraph
+            self.hidden = True
+            return
         self.say(d.title, "bold", indent=2, head=f" {d.severity.upper()} ", head_style=_STYLE[d.severity], gap=1)
         self.say(d.summary, indent=2)
         if d.fixes:
