@@ -43,8 +43,9 @@ def tmux(tmp_path):
 
 def _command(log: str, *args: str) -> str:
     env = f"env -u COLUMNS -u LINES PYTHONPATH={shlex.quote(str(ROOT / 'src'))} TERM=xterm-256color"
-    run = f"{shlex.quote(sys.executable)} -m vllm_doctor explain {shlex.quote(str(LAB / log))} --no-gpu"
-    return f"{env} {run} {' '.join(args)}; echo {DONE}; sleep 600"
+    path = (LAB / log).relative_to(ROOT)  # as a user types it, from the checkout
+    run = f"{shlex.quote(sys.executable)} -m vllm_doctor explain {shlex.quote(str(path))} --no-gpu"
+    return f"cd {shlex.quote(str(ROOT))} && {env} {run} {' '.join(args)}; echo {DONE}; sleep 600"
 
 
 def capture(socket: str, log: str, width: int, height: int) -> tuple[list[str], list[str], list[str]]:
@@ -83,8 +84,8 @@ def _reference_words(log: str) -> set[str]:
     words: set[str] = set()
     for extra in ([], ["-v"]):
         out = subprocess.run(
-            [sys.executable, "-m", "vllm_doctor", "explain", str(LAB / log), "--no-gpu", *extra],
-            capture_output=True, text=True,
+            [sys.executable, "-m", "vllm_doctor", "explain", str((LAB / log).relative_to(ROOT)), "--no-gpu", *extra],
+            capture_output=True, text=True, cwd=ROOT,
             env={**os.environ, "COLUMNS": "100000", "NO_COLOR": "1", "PYTHONPATH": str(ROOT / "src")},
         )  # fmt: skip
         words |= _words(out.stdout)
@@ -116,7 +117,7 @@ def test_the_first_screen_is_the_answer(tmux, log, verdict, first_fix, fits, siz
 
 def test_cache_oom_fits_80x24(tmux):
     """The lab's cache-oom report, 52 rows at 80 columns before, fits one 80x24 screen with the
-    command line and the prompt."""
+    command line typed above it and the prompt below."""
     _, rows, _ = capture(tmux, "cache-oom.log", 80, 24)
     assert len(rows) <= 22, "\n".join(rows)
 

@@ -112,8 +112,12 @@ class _Screen:
         self.console.print()
 
     def report(self, report: Report) -> None:
-        self.say(f"vllm-doctor: {headline(report)}", _STATUS.get(report.status, "bold"))
-        if self.quiet or report.empty:
+        verdict = f"vllm-doctor: {headline(report)}"
+        if self.quiet:  # one line for scripts and prompts: never wrapped
+            self.console.print(verdict, style=_STATUS.get(report.status, "bold"), markup=False)
+            return
+        self.say(verdict, _STATUS.get(report.status, "bold"))
+        if report.empty:
             return  # one line: the verdict (or there is nothing else to say)
         self.say(describe_input(report), "dim")
         for w in report.warnings:
@@ -163,7 +167,7 @@ class _Screen:
         if self.verbose and d.numbers:
             self.say("Numbers", "bold", indent=2)
             for meaning, value in described(d.numbers):
-                self.say(value, "bold", indent=6, head=f"{meaning}: ", lead=4)
+                self.say(f"{meaning}: {value}", indent=6, lead=4)
         self.say(f"{d.category} · rule {d.rule} · {d.confidence} confidence", "dim", indent=2)
 
     def evidence(self, d: Diagnosis, report: Report) -> None:
