@@ -132,7 +132,7 @@ def test_cli_without_nvml_or_with_no_gpu_goes_on():
     result = runner.invoke(app, ["explain", str(LAB / "healthy.log"), "--no-gpu", "-f", "json"])
     assert result.exit_code == 0
     assert json.loads(result.stdout)["facts"]["gpu"]["reason"] == "not requested (--no-gpu)"
-    result = runner.invoke(app, ["explain", str(LAB / "healthy.log")], env={"NO_COLOR": "1"})
+    result = runner.invoke(app, ["explain", str(LAB / "healthy.log"), "-v"], env={"NO_COLOR": "1", "COLUMNS": "300"})
     assert result.exit_code == 0 and "Traceback" not in result.output
     snap = gpu.snapshot()
     if not snap.available:

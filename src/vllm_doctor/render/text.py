@@ -141,7 +141,23 @@ class _Screen:
             self.say(cap, indent=2, head="Capacity", head_style="bold", lead=0, gap=2)
         if self.verbose:
             self.work(report)
-        elif self.hidden or model_line(report) or work_rows(report) or report.facts.get("gpu"):
+        else:
+            self.tail(report)
+
+    def tail(self, report: Report) -> None:
+        """Without -v: a --model/--config that could not be read, this machine's GPUs when they
+        inform the fixes, and what -v adds."""
+        gpu = report.facts.get("gpu") or {}
+        shape = report.facts.get("model_shape") or {}
+        if shape.get("note") and shape.get("name") != report.facts.get("model"):  # --model/--config failed
+            self.blank()
+            self.say(model_line(report) or "", "dim", indent=2, lead=0)
+        if gpu.get("available") and gpu.get("this_host"):  # this machine's GPUs inform the fixes
+            self.blank()
+            for g in gpu_lines(gpu):
+                self.say(g, "dim", indent=2, lead=0)
+            self.say("(-v: every reason, number and evidence line, and the model)", "dim")
+        elif self.hidden or model_line(report) or work_rows(report) or gpu:
             self.say("(-v: every reason, number and evidence line, the model and the GPUs)", "dim")
 
     def diagnosis(self, d: Diagnosis, report: Report, command: str | None) -> None:
