@@ -165,7 +165,14 @@ class _Screen:
             self.say(d.summary, indent=2, head=" INFO ", head_style=_STYLE["info"], gap=1)  # a note: one paragraph
             self.hidden = True
             return
-        self.say(d.title, "bold", indent=2, head=f" {d.severity.upper()} ", head_style=_STYLE[d.severity], gap=1)
+        badge, meta = f" {d.severity.upper()} ", f"{d.category} · rule {d.rule} · {d.confidence} confidence"
+        wide = len(badge) + 1 + len(d.title) + 3 + len(meta) <= self.width  # the rule beside its title
+        if wide:
+            from rich.text import Text
+
+            self.console.print(Text.assemble((badge, _STYLE[d.severity]), " ", (d.title, "bold"), "   ", (meta, "dim")))
+        else:
+            self.say(d.title, "bold", indent=2, head=badge, head_style=_STYLE[d.severity], gap=1)
         self.say(d.summary, indent=2)
         if d.fixes:
             self.say("Fixes, in order", "bold", indent=2)
@@ -184,7 +191,8 @@ class _Screen:
             self.say("Numbers", "bold", indent=2)
             for meaning, value in described(d.numbers):
                 self.say(f"{meaning}: {value}", indent=6, lead=4)
-        self.say(f"{d.category} · rule {d.rule} · {d.confidence} confidence", "dim", indent=2)
+        if not wide:
+            self.say(meta, "dim", indent=2)
 
     def evidence(self, d: Diagnosis, report: Report) -> None:
         lines = d.evidence if self.verbose else distinct_evidence(d.evidence)
