@@ -44,7 +44,6 @@ def _json(doc: Report | Plan, redact: bool = True, **_: Any) -> str:
 # folds the evidence in <details>); a format ignores the others'.
 RENDERERS: dict[str, Callable[..., str]] = {"text": _text, "markdown": _markdown, "json": _json}
 FORMATS = tuple(RENDERERS)
-FLAVORS = ("plain", "github")
 
 
 def render(doc: Report | Plan, fmt: str, redact: bool = True, verbosity: int = 0, flavor: str = "plain") -> str:

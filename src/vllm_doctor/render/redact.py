@@ -447,7 +447,7 @@ def report(doc: Any, redactor: Redactor | None = None) -> Any:
         if isinstance(value, dict):
             return {walk(k): walk(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return type(value)(walk(v) for v in value) if isinstance(value, list) else tuple(walk(v) for v in value)
+            return [walk(v) for v in value] if isinstance(value, list) else tuple(walk(v) for v in value)
         return value
 
     return walk(doc)

@@ -4,8 +4,9 @@ The verdict line first, then per diagnosis: its title, the one-sentence summary 
 numbers, the fixes in order (and the corrected command when there is one), then the evidence,
 each line cut at the width with "…". Everything is wrapped to the console's width (rich's, which
 honours COLUMNS), between words. Verbosity: -1 (-q) the verdict line only; 0 the answer (the
-first fix's reason, three evidence lines); 1 (-v) every reason, every evidence line in full,
-every number with its meaning and unit, the model's shape, the capacity arithmetic, the GPUs.
+first fix's reason, two evidence lines, each message once); 1 (-v) every reason, every evidence
+line in full, every number with its meaning and unit, the model's shape, the capacity
+arithmetic, the GPUs.
 
 Uses rich; colour follows NO_COLOR and turns off by itself when stdout is not a terminal.
 Secrets are masked (redact.report) unless redact=False: this text is what gets pasted into chat.
