@@ -27,6 +27,9 @@ LABELS: dict[str, tuple[str, str]] = {
     "gpu_memory_utilization": ("--gpu-memory-utilization", ""),
     "raised_utilization": ("--gpu-memory-utilization to try", ""),
     "suggested_utilization": ("--gpu-memory-utilization that fits what is free", ""),
+    "gpu_used_by_others_gib": ("GPU memory other processes hold on this machine now", "GiB"),
+    "gpu_free_utilization": ("--gpu-memory-utilization that fits what is free now", ""),
+    "gpu_processes": ("processes on this machine's GPU now", ""),
     "weights_gib": ("model weights", "GiB"),
     "free_gib": ("memory free", "GiB"),
     "total_gib": ("memory in total", "GiB"),
@@ -80,7 +83,7 @@ LABELS: dict[str, tuple[str, str]] = {
 _HIDDEN = {
     "survived", "fatal_here", "during_shutdown", "shutdown_completed", "block_size_assumed", "limit_is_budget",
     "limit_is_max_model_len", "multi_gpu", "single_gpu", "failure_found", "can_raise_utilization", "queue_kind",
-    "oom_phase_name", "fit_from", "alloc_unit", "free_unit", "total_unit", "missing",
+    "oom_phase_name", "fit_from", "alloc_unit", "free_unit", "total_unit", "missing", "lower_utilization",
 }  # fmt: skip
 _SUFFIX = {"_gib": "GiB", "_mib": "MiB", "_pct": "%", "_bytes": "bytes", "_tokens": "tokens", "_ms": "ms", "_s": "s"}
 
