@@ -67,4 +67,3 @@ def test_quiet_is_the_verdict_line_alone_in_any_width():
         _explain(LAB / "queue-saturation.log", "-q", columns=30)
         == "vllm-doctor: degraded: queue-saturation (warning)\n"
     )
-
