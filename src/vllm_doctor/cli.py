@@ -48,6 +48,11 @@ class Format(str, Enum):
     json = "json"
 
 
+class Flavor(str, Enum):
+    plain = "plain"
+    github = "github"
+
+
 class FailOn(str, Enum):
     warning = "warning"
     blocker = "blocker"
@@ -59,7 +64,14 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the output to this file.")]
 FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 from this severity up.")]
 NoRedactOpt = Annotated[
-    bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in markdown/json output.")
+    bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords (masked in every format by default).")
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Text: print the verdict line only.")]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Text: every reason, number and evidence line, the model, the GPUs.")
+]
+FlavorOpt = Annotated[
+    Flavor, typer.Option("--flavor", help="Markdown: plain (GitHub, GitLab, Jira) or github (evidence in <details>).")
 ]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never touch the network (the HF cache only).")]
 TargetConcurrency = Annotated[
@@ -76,6 +88,13 @@ def _exit_code(report, fail_on: FailOn) -> int:
     if {d.severity for d in report.diagnoses} & failing:
         return 1
     return UNKNOWN_EXIT if report.status == "unknown" else 0
+
+
+def _verbosity(quiet: bool, verbose: bool) -> int:
+    """-q -> -1 (the verdict line), -v -> 1 (everything), neither -> 0 (the answer)."""
+    if quiet and verbose:
+        fail("give -q or -v, not both")
+    return -1 if quiet else int(verbose)
 
 
 def _lifetime(value: str) -> int | None:
@@ -150,6 +169,9 @@ def explain(
             metavar="last|all|N",
         ),
     ] = "last",
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    flavor: FlavorOpt = Flavor.plain,
 ) -> None:
     """Diagnose a vLLM log: the cause, the evidence, the numbers and the fixes in order.
 
@@ -175,11 +197,14 @@ def explain(
             fail(f"--lifetime {lifetime}: the input holds {len(report.lifetimes)} start(s)")
     else:
         fail("give a log file (- for stdin) or --metrics URL")
-    _emit(report, format, output, redact=not no_redact)
+    _emit(report, format, output, redact=not no_redact, verbosity=_verbosity(quiet, verbose), flavor=flavor)
     raise typer.Exit(_exit_code(report, fail_on))
 
 
-def _emit(doc, format: Format, output: Path | None, redact: bool = True, done: str | None = None) -> None:
+def _emit(
+    doc, format: Format, output: Path | None, redact: bool = True, done: str | None = None, verbosity: int = 0,
+    flavor: Flavor = Flavor.plain,
+) -> None:  # fmt: skip
     """Print `doc` (a Report or a Plan) in `format`, or write it to `output` and say so on stderr."""
     from vllm_doctor.data import Report
     from vllm_doctor.render import render
@@ -187,9 +212,9 @@ def _emit(doc, format: Format, output: Path | None, redact: bool = True, done: s
     if format is Format.text and output is None and isinstance(doc, Report):
         from vllm_doctor.render.text import show
 
-        show(doc)  # in colour where the terminal takes it
+        show(doc, redact=redact, verbosity=verbosity)  # in colour where the terminal takes it
         return
-    text = render(doc, format.value, redact=redact)
+    text = render(doc, format.value, redact=redact, verbosity=verbosity, flavor=flavor.value)
     if output is None:
         sys.stdout.write(text)
         return
@@ -323,6 +348,9 @@ def watch(
     rules_dirs: RulesDirs = [],  # noqa: B006
     fail_on: FailOnOpt = FailOn.blocker,
     no_redact: NoRedactOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    flavor: FlavorOpt = Flavor.plain,
 ) -> None:
     """Scrape a running server's /metrics every --interval seconds and diagnose the series:
     a full KV cache, the sequence cap, or a stall. One line per scrape on stderr; Ctrl-C stops early."""
@@ -349,7 +377,7 @@ def watch(
         if not scrapes:
             raise typer.Exit(130) from None
     report = pipeline.from_metrics(scrapes, rules)
-    _emit(report, format, output, redact=not no_redact)
+    _emit(report, format, output, redact=not no_redact, verbosity=_verbosity(quiet, verbose), flavor=flavor)
     raise typer.Exit(_exit_code(report, fail_on))
 
 

@@ -13,6 +13,7 @@ from vllm_doctor.cli import app
 from vllm_doctor.knowledge.checks import Options
 from vllm_doctor.render.json import to_dict
 from vllm_doctor.render.markdown import render as to_markdown
+from vllm_doctor.render.text import render as to_text
 
 MIB = 2**20
 
@@ -118,6 +119,9 @@ def test_explain_says_which_way_to_move_utilization(run):
     md = to_markdown(report)
     assert "GPU 0 NVIDIA H100 80GB HBM3 (this machine, now): 81,559 MiB total, 20,480 used" in md
     assert "4242 python3 20,480 MiB" in md and "driver 550.54.15, CUDA 12.4" in md
+    text = to_text(report, verbosity=0)  # they inform the fixes: on the first screen, without -v
+    assert "GPU 0 NVIDIA H100 80GB HBM3 (this machine, now)" in text and "gpu_free_utilization" not in text
+    assert "--gpu-memory-utilization that fits what is free now: 0.72" in to_text(report, verbosity=1)
 
 
 def test_valid_tp_sizes_stop_at_the_gpus_present(run):
@@ -132,7 +136,7 @@ def test_cli_without_nvml_or_with_no_gpu_goes_on():
     result = runner.invoke(app, ["explain", str(LAB / "healthy.log"), "--no-gpu", "-f", "json"])
     assert result.exit_code == 0
     assert json.loads(result.stdout)["facts"]["gpu"]["reason"] == "not requested (--no-gpu)"
-    result = runner.invoke(app, ["explain", str(LAB / "healthy.log")], env={"NO_COLOR": "1"})
+    result = runner.invoke(app, ["explain", str(LAB / "healthy.log"), "-v"], env={"NO_COLOR": "1", "COLUMNS": "300"})
     assert result.exit_code == 0 and "Traceback" not in result.output
     snap = gpu.snapshot()
     if not snap.available:

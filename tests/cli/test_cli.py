@@ -30,15 +30,26 @@ def test_fail_on_warning_gates_a_degraded_log():
     assert explain(log, "--fail-on", "warning").exit_code == 1
 
 
-def test_text_output_shows_cause_evidence_numbers_and_fixes_first():
+def test_text_output_shows_the_verdict_then_the_fixes_then_the_evidence():
     result = explain(LAB / "cache-oom.log", env={"NO_COLOR": "1"})
     out = result.output
     assert "\x1b[" not in out
     first = out.splitlines()[0]
     assert "cache-oom" in first and "blocker" in first
-    for part in ("Evidence", "Numbers", "Fixes, in order", "1. Lower --max-model-len to 8064"):
+    for part in ("Evidence", "Fixes, in order", "1. Lower --max-model-len to 8064"):
         assert part in out
-    assert out.index("Evidence") < out.index("Fixes, in order")
+    assert out.index("Fixes, in order") < out.index("Evidence")
+    assert "Numbers" not in out and "needed_gib" not in out  # the summary carries the numbers
+
+
+def test_verbose_adds_every_number_with_its_meaning_and_quiet_keeps_the_verdict():
+    out = explain(LAB / "cache-oom.log", "-v", env={"NO_COLOR": "1", "COLUMNS": "200"}).output
+    assert "KV cache needed: 4 GiB" in out and "KV cache available: 0.98 GiB" in out
+    assert "needed_gib" not in out and "None" not in out
+    assert "(wrapper; the cause is above)" in out  # the full evidence
+    quiet = explain(LAB / "cache-oom.log", "-q", env={"NO_COLOR": "1"})
+    assert quiet.output == "vllm-doctor: failed: cache-oom (blocker)\n" and quiet.exit_code == 1
+    assert explain(LAB / "cache-oom.log", "-q", "-v").exit_code == 2
 
 
 def test_json_and_markdown_formats(tmp_path):
@@ -49,8 +60,11 @@ def test_json_and_markdown_formats(tmp_path):
     assert result.exit_code == 1
     md = target.read_text()
     assert md.startswith("## vllm-doctor: failed: tp-divisibility")
-    assert "<details><summary>Evidence" in md and "--tensor-parallel-size" in md
+    assert "--tensor-parallel-size" in md and "```text" in md
+    assert "<" not in md  # plain Markdown: no raw HTML (Jira, GitLab)
     assert str(target) in result.output  # a one-line summary on the terminal
+    github = explain(LAB / "tp-divisibility.log", "--format", "markdown", "--flavor", "github").output
+    assert "<details><summary>Evidence" in github
 
 
 def test_stdin_and_gzip(tmp_path):

@@ -286,6 +286,10 @@ def test_serve_report_directory_is_redacted(tmp_path, fake_bin):
     for e in data["diagnoses"][0]["evidence"]:
         assert server_lines[e["line"] - 1].strip()[:80] == e["text"][:80]
     assert MASK in json.dumps(data["serve"]["command"])
+    md = (d / "report.md").read_text().split("\n")
+    at = md.index("```sh")  # the command line in a fenced block, whole, its fence closed
+    assert md[at + 1].endswith(f"--api-key {MASK}") and md[at + 2] == "```"
+    assert "<details>" not in "\n".join(md)  # plain Markdown: Jira and GitLab render it too
 
     p = run("--report-dir", "raw", "--no-redact")
     (raw,) = (tmp_path / "raw").iterdir()
@@ -298,3 +302,33 @@ def test_prose_with_secret_looking_words_is_left_alone():
 
     for text in ("KV bytes per token = 131,072", "the key = the model's name", "max_num_batched_tokens: 8192"):
         assert redact(text) == text
+
+
+def test_every_format_a_person_reads_is_redacted(tmp_path):
+    """Text (default and -v), markdown (plain and github) and JSON: none of the seeded secrets,
+    which sit in the evidence line itself; --no-redact keeps them all."""
+    url = "https://ops:Pa55-in-the-url@mirror.internal/models"
+    basic = "dXNlcjpodW50ZXIyLWJhc2lj"
+    seeded = [HF, SK, "Pa55-in-the-url", basic, PASSWORD]
+    lines = (LAB / "cache-oom.log").read_text().split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("ValueError: To serve at least one request"))
+    lines[at] = (
+        f"ValueError: token {HF} from {url} (Authorization: Basic {basic}) --api-key {PASSWORD} key {SK}: "
+        + lines[at][len("ValueError: ") :]
+    )
+    log = tmp_path / "seeded-cache-oom.log"
+    log.write_text("\n".join(lines))
+    runner = CliRunner()
+    env = {"NO_COLOR": "1", "COLUMNS": "400"}
+    runs = [[], ["-v"], ["-f", "markdown"], ["-f", "markdown", "--flavor", "github"], ["-f", "json"]]
+    for extra in runs:
+        out = runner.invoke(app, ["explain", str(log), "--no-gpu", *extra], env=env).output
+        assert "cache-oom" in out and MASK in out, extra
+        for s in seeded:
+            assert s not in out, (extra, s)
+    kept = runner.invoke(app, ["explain", str(log), "--no-gpu", "-v", "--no-redact"], env=env).output
+    assert all(s in kept for s in seeded)
+
+
+def test_a_masked_value_keeps_the_backtick_that_closes_its_code_span():
+    assert Redactor().text("run `vllm serve /m --api-key abc` again") == f"run `vllm serve /m --api-key {MASK}` again"

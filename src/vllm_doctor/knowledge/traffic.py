@@ -41,9 +41,10 @@ def queue_kind(inp: CheckInput) -> CheckResult:
         "kv_usage_max_pct": s.kv_usage_max_pct,
         "waiting_kv_max_pct": s.waiting_kv_max_pct,
         "kv_near_full_pct": KV_NEAR_FULL_PCT,
-        "preemptions": s.preemptions,
         "full_run_max": s.full_run_max,
     }
+    if s.preemptions:  # none seen is not a number to quote ("at least 0 preemptions")
+        out["preemptions"] = s.preemptions
     if s.waiting_running_max is not None:
         out["running_while_waiting_max"] = s.waiting_running_max
     evidence = [Evidence(line, text, source) for line, source, text in s.evidence[:4]]

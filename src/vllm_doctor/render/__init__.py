@@ -20,29 +20,32 @@ if TYPE_CHECKING:
     from vllm_doctor.capacity.plan import Plan
 
 
-def _text(doc: Report | Plan, redact: bool = True) -> str:
+def _text(doc: Report | Plan, redact: bool = True, verbosity: int = 0, **_: Any) -> str:
     from vllm_doctor.render import plan, text
 
-    return text.render(doc, redact) if isinstance(doc, Report) else plan.text(doc)
+    return text.render(doc, redact, verbosity) if isinstance(doc, Report) else plan.text(doc)
 
 
-def _markdown(doc: Report | Plan, redact: bool = True) -> str:
+def _markdown(doc: Report | Plan, redact: bool = True, flavor: str = "plain", **_: Any) -> str:
     from vllm_doctor.render import markdown, plan
 
-    return markdown.render(doc, redact) if isinstance(doc, Report) else plan.markdown(doc)
+    return markdown.render(doc, redact, flavor) if isinstance(doc, Report) else plan.markdown(doc)
 
 
-def _json(doc: Report | Plan, redact: bool = True) -> str:
+def _json(doc: Report | Plan, redact: bool = True, **_: Any) -> str:
     from vllm_doctor.render import json, plan
 
     return json.render(doc, redact) if isinstance(doc, Report) else plan.json(doc)
 
 
-# modules load on first use: the CLI's cold start stays free of rich unless text is asked for
-RENDERERS: dict[str, Callable[[Any, bool], str]] = {"text": _text, "markdown": _markdown, "json": _json}
+# modules load on first use: the CLI's cold start stays free of rich unless text is asked for.
+# Each takes (doc, redact) and the options of its own format by keyword: text's verbosity
+# (-1 -q, 0, 1 -v), markdown's flavor ("plain" renders in GitHub, GitLab and Jira; "github"
+# folds the evidence in <details>); a format ignores the others'.
+RENDERERS: dict[str, Callable[..., str]] = {"text": _text, "markdown": _markdown, "json": _json}
 FORMATS = tuple(RENDERERS)
 
 
-def render(doc: Report | Plan, fmt: str, redact: bool = True) -> str:
+def render(doc: Report | Plan, fmt: str, redact: bool = True, verbosity: int = 0, flavor: str = "plain") -> str:
     """`doc` in format `fmt`: a Report (explain, watch, serve) or a Plan; plans hold no secrets."""
-    return RENDERERS[fmt](doc, redact)
+    return RENDERERS[fmt](doc, redact, verbosity=verbosity, flavor=flavor)

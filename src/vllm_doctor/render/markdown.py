@@ -1,11 +1,17 @@
-"""The report as a Markdown ticket: what failed, the fixes in order, the numbers, the evidence."""
+"""The report as a Markdown ticket: what failed, the fixes in order, the numbers, the evidence.
+
+The plain flavor is the Markdown GitHub, GitLab and Jira's Markdown importers all render: headings,
+lists, tables and fenced code blocks, no raw HTML; the github flavor folds each diagnosis's
+evidence in a <details> block. Command lines and log lines are always in fenced code blocks.
+"""
 
 from __future__ import annotations
 
 from vllm_doctor.data import Report
-from vllm_doctor.matching.expr import fmt
+from vllm_doctor.render.numbers import described
 from vllm_doctor.render.summary import (
     capacity_line,
+    corrected_command,
     describe_input,
     earlier_lives,
     gpu_lines,
@@ -17,7 +23,7 @@ from vllm_doctor.render.summary import (
 )
 
 
-def render(report: Report, redact: bool = True) -> str:
+def render(report: Report, redact: bool = True, flavor: str = "plain") -> str:
     """The ticket text; secrets masked unless redact=False (line for line, so nothing moves)."""
     out = [f"## vllm-doctor: {headline(report)}", "", f"**Input:** {describe_input(report)}", ""]
     for w in report.warnings:
@@ -30,7 +36,7 @@ def render(report: Report, redact: bool = True) -> str:
     cap = capacity_line(report)
     if not report.diagnoses:
         out += [_nothing(report), ""]
-    for d in report.diagnoses:
+    for i, d in enumerate(report.diagnoses):
         out += [f"### {d.severity.capitalize()}: {d.title}", ""]
         out += [f"`{d.category}` · rule `{d.rule}` · {d.confidence} confidence", "", d.summary, ""]
         if d.fixes:
@@ -39,18 +45,24 @@ def render(report: Report, redact: bool = True) -> str:
             for f in d.fixes:
                 out.append(f"{f.rank}. **{f.action}** — {f.why}")
             out.append("")
-        if d.numbers:
+        command = corrected_command(d, report if i == 0 else None)
+        if command:
+            out += ["**Corrected command**", "", "```sh", command, "```", ""]
+        numbers = described(d.numbers)
+        if numbers:
             out += ["| number | value |", "|---|---|"]
-            out += [f"| {k} | {fmt(v)} |" for k, v in d.numbers.items()]
+            out += [f"| {_cell(meaning)} | {_cell(value)} |" for meaning, value in numbers]
             out.append("")
         lines = [f"{where(e, report, prefix='line ')}: {e.text}" for e in d.evidence]
         lines += [
             f"{where(e, report, prefix='line ')}: {e.text}   (wrapper error; the cause is above)" for e in d.context
         ]
-        if lines:
-            out += [f"<details><summary>Evidence ({len(lines)} lines)</summary>", "", "```"]
-            out += lines
-            out += ["```", "", "</details>", ""]
+        if lines and flavor == "github":
+            out += [f"<details><summary>Evidence ({len(lines)} lines)</summary>", "", "```text", *lines, "```"]
+            out += ["", "</details>", ""]
+        elif lines:
+            out += [f"**Evidence** ({len(lines)} line{'s' if len(lines) != 1 else ''})", "", "```text", *lines]
+            out += ["```", ""]
     if cap:
         out += [f"**Capacity:** {cap}", ""]
     out += _markdown_work(report)
@@ -60,6 +72,11 @@ def render(report: Report, redact: bool = True) -> str:
 
         text = mask(text)
     return text
+
+
+def _cell(text: str) -> str:
+    """A table cell: a "|" in it would end the cell (GitHub, GitLab and Jira alike)."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _nothing(report: Report) -> str:

@@ -27,6 +27,7 @@ cut where cutting changes nothing of what is masked.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -46,7 +47,7 @@ _STRONG = (
     r"|password|passwd|auth[_-]?token|access[_-]?token|session[_-]?token)"
 )
 _ENV_NAME = re.compile(r"(?:HF_TOKEN|OPENAI_API_KEY|VLLM_API_KEY|[A-Z][A-Z0-9_]*_(?:TOKEN|KEY|SECRET|PASSWORD))\Z")
-_VALUE_END = r"""[^\s,;'"})\]]"""  # a bare value runs until whitespace or punctuation that closes it
+_VALUE_END = r"""[^\s,;'"`})\]]"""  # a bare value runs until whitespace or punctuation that closes it
 _NOT_DONE = r"(?!\[?['\"]?\[REDACTED\])"  # a value masked already (a known literal went first)
 _QUOTED = r"'[^'\n]*'|\"[^\"\n]*\""
 _NO_EMPTY = r"(?!None\b|null\b|True\b|False\b)"
@@ -429,3 +430,24 @@ _DEFAULT = Redactor()
 def redact(text: str) -> str:
     """Text with the secrets taken out by pattern (no known literals)."""
     return _DEFAULT.text(text)
+
+
+def report(doc: Any, redactor: Redactor | None = None) -> Any:
+    """A copy of a Report (or any dataclass tree) with every string in it masked: what the text
+    renderer prints, so the terminal text is as safe to paste as the ticket."""
+    red = redactor or _DEFAULT
+
+    def walk(value: Any) -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return dataclasses.replace(
+                value, **{f.name: walk(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+            )
+        if isinstance(value, str):
+            return red.text(value)
+        if isinstance(value, dict):
+            return {walk(k): walk(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [walk(v) for v in value] if isinstance(value, list) else tuple(walk(v) for v in value)
+        return value
+
+    return walk(doc)

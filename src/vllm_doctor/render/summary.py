@@ -3,7 +3,9 @@ capacity arithmetic, this machine's GPUs, and where an evidence line stands."""
 
 from __future__ import annotations
 
-from vllm_doctor.data import Evidence, Report
+import re
+
+from vllm_doctor.data import Diagnosis, Evidence, Report
 from vllm_doctor.matching.expr import fmt
 
 
@@ -139,6 +141,44 @@ def capacity_line(report: Report) -> str | None:
 def where(e: Evidence, report: Report, prefix: str = "") -> str:
     """An evidence line's place: `path:line` when several inputs were read, else the line number."""
     return f"{report.paths[e.source]}:{e.line}" if len(report.paths) > 1 else f"{prefix}{e.line}"
+
+
+def corrected_command(d: Diagnosis, report: Report | None = None) -> str | None:
+    """The corrected command line of a diagnosis (or of the report, shown under its first one)."""
+    import shlex
+
+    value = getattr(d, "corrected_command", None) or (getattr(report, "corrected_command", None) if report else None)
+    if isinstance(value, (list, tuple)):
+        return shlex.join(str(v) for v in value)
+    return str(value) if value else None
+
+
+# vLLM's logger prefix, "(EngineCore pid=15848) ERROR 11-30 01:54:29 [core.py:1510] " and its
+# older forms: on a narrow screen the message is what matters, the line number finds the rest
+_PREFIX = re.compile(
+    r"^(?:\([^)]{1,80}\)\s+)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+)?(?:\d{4}-)?\d\d-\d\d\s+"
+    r"\d\d:\d\d:\d\d(?:[.,]\d+)?\s+(?:\[[^\]]{1,80}\]\s*|[\w.]{1,80}:\d+\]\s*)?"
+)
+
+
+def message(text: str) -> str:
+    """An evidence line without vLLM's logger prefix (process, level, time, source)."""
+    rest = _PREFIX.sub("", text, count=1)
+    return rest if rest.strip() else text
+
+
+def distinct_evidence(evidence: list[Evidence]) -> list[Evidence]:
+    """Evidence with repeats dropped: the same message logged twice (by the engine with its
+    prefix, then by the API server as the traceback's last line; either cut short) is shown once."""
+    out: list[Evidence] = []
+    keys: list[str] = []
+    for e in evidence:
+        key = " ".join(message(e.text).split())
+        if any(key.startswith(k) or k.startswith(key) for k in keys):
+            continue
+        keys.append(key)
+        out.append(e)
+    return out
 
 
 def earlier_lives(report: Report) -> list[tuple[str, list[str]]]:

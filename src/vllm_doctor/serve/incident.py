@@ -247,10 +247,12 @@ def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
         out.append(
             f"- **Outlived vLLM:** pid {s['pid']} `{s['command']}` ({'killed' if s['killed'] else 'could not be killed'})"
         )
-    out.append(f"- **Command:** `{shlex.join(w.argv)}`")
     from vllm_doctor.render.summary import gpu_lines
 
     out += ["- **GPU at exit:**"] + [f"  - {line}" for line in gpu_lines(w.gpu) or ["not taken"]]
+    # a fenced block: an inline `…` loses its closing backtick to a masked value at its end, and
+    # renders alike in GitHub, GitLab and Jira
+    out += ["", "**Command**", "", "```sh", shlex.join(w.argv), "```"]
     out += ["", "Files: `server.log` (the output), `env.txt` (versions, GPU, environment), `report.json`.", ""]
     return "\n".join(out)
 
