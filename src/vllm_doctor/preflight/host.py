@@ -49,11 +49,13 @@ def open_files(ctx: Context) -> list[Finding]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard >= NOFILE_TARGET:
         return []
-    return [warning("config-validation", "The open-files limit is below what vLLM asks for",
+    found = warning("config-validation", "The open-files limit is below what vLLM asks for",
                     f"ulimit -n is {soft} (hard {hard}); vLLM tries to raise it to {NOFILE_TARGET} and cannot: "
                     "many connections then fail with 'Too many open files'.", {"soft": soft, "hard": hard},
                     [Fix(f"Raise the hard limit (ulimit -Hn {NOFILE_TARGET}, docker --ulimit nofile={NOFILE_TARGET})",
-                         "every connection holds a file descriptor")])]  # fmt: skip
+                         "every connection holds a file descriptor")])  # fmt: skip
+    found.stage = 30  # under load, not at startup
+    return [found]
 
 
 def _download_dir(ctx: Context) -> Path:
@@ -69,16 +71,19 @@ def disk(ctx: Context) -> list[Finding]:
     """Free disk where the weights will download, against the checkpoint's size."""
     if ctx.resolved.directory is not None and ctx.resolved.repo_id is None:
         raise CannotRun("the model is a local directory: nothing to download")
-    where = _download_dir(ctx)
+    shape, _ = ctx.loaded
+    return disk_verdict(_download_dir(ctx), _checkpoint_bytes(shape))
+
+
+def disk_verdict(where: Path, size: float | None) -> list[Finding]:
+    """The free space of the disk holding `where` (or its nearest existing parent) against `size`."""
     probe = next((p for p in (where, *where.parents) if p.exists()), Path("/"))
     free = shutil.disk_usage(probe).free
-    shape, _ = ctx.loaded
-    size = _checkpoint_bytes(shape)
     numbers = {"download_dir": str(where), "free_gib": round(free / GIB, 2)}
     if size is None:
         return [info("disk-full", "Free disk for the download (checkpoint size unknown)",
                      f"{fmt_size(free, 'GiB')} free at {where}; the checkpoint's size is unknown here (no safetensors "
-                     "metadata cached).", numbers)]  # fmt: skip
+                     "metadata from the Hub).", numbers)]  # fmt: skip
     numbers["checkpoint_gib"] = round(size / GIB, 2)
     if size <= free:
         return []

@@ -155,3 +155,47 @@ def tokenizer(ctx: Context) -> list[Finding]:
                     "/v1/chat/completions will refuse every request.", {},
                     [Fix("Pass --chat-template FILE, or serve only /v1/completions", "the chat endpoint needs one",
                          "--chat-template")])]  # fmt: skip
+
+
+QUANT_FILE = "vllm/model_executor/layers/quantization/__init__.py"
+# vLLM 0.32.0's QUANTIZATION_METHODS, as its error lists them (shared/vllm-lab, startup-invalid-quantization)
+QUANT_032 = (
+    "awq auto_awq fp8 fbgemm_fp8 fp_quant modelopt modelopt_fp4 modelopt_mxfp8 modelopt_mixed auto_gptq gptq "
+    "gptq_marlin awq_marlin humming compressed-tensors experts_int8 quark moe_wna16 torchao inc mxfp4 gpt_oss_mxfp4 "
+    "deepseek_v4_fp8 online fp8_per_tensor fp8_per_block fp8_per_channel int8_per_channel_weight_only nvfp4_per_token "
+    "mxfp8"
+).split()
+# methods that quantise a full-precision checkpoint as it loads; every other one reads quantization_config
+ONLINE = {"fp8", "experts_int8", "torchao", "online", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel",
+          "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8", "bitsandbytes", "ptpc_fp8", "inc"}  # fmt: skip
+
+
+def _methods(ctx: Context) -> tuple[list[str], str]:
+    path = ctx.vllm_file(QUANT_FILE)
+    text = path.read_text(encoding="utf-8", errors="replace") if path else ""
+    m = re.search(r"QuantizationMethods\s*=\s*Literal\[(.*?)\]", text, re.S)
+    if m:
+        return re.findall(r"""["']([\w-]+)["']""", m.group(1)), f"{ctx.vllm_dist} {ctx.vllm_version}"
+    return QUANT_032, "vLLM 0.32.0 (the installed vLLM's list is not readable)"
+
+
+def quantization(ctx: Context) -> list[Finding]:
+    """--quantization: a method vLLM knows, and the quantization_config it reads."""
+    method = (ctx.args.text("quantization") or "").lower()
+    if not method:
+        return []
+    known, source = _methods(ctx)
+    if method not in known:
+        make = blocker if source.startswith(str(ctx.vllm_dist)) else warning
+        return [make("invalid-quantization", "Unknown --quantization method",
+                     f"{method} is not among {source}'s methods ({', '.join(known[:8])}, ...).", {"quantization": method},
+                     [Fix("Drop --quantization (vLLM reads the method from config.json), or use a known one",
+                          "an unknown method stops the start")], confidence="high" if make is blocker else "medium")]  # fmt: skip
+    cfg = ctx.config()
+    if method in ONLINE or cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config"):
+        return []
+    return [blocker("quantization-config-missing", f"--quantization {method} on a checkpoint that is not quantised",
+                    f"config.json has no quantization_config, and {method} reads its scales from one.",
+                    {"quantization": method},
+                    [Fix("Drop --quantization, or use a checkpoint quantised with it (or --quantization fp8, which "
+                         "quantises as it loads)", f"{method} needs the checkpoint's quantisation config")])]  # fmt: skip

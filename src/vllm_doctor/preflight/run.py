@@ -14,6 +14,8 @@ from vllm_doctor.preflight.checks import BY_NAME, CHECKS
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding
 
+SECRET_NAMES = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+MASK = "[REDACTED]"
 RANK = {"blocker": 0, "warning": 1, "info": 2}
 DECIDING = ("fit", "model_config")  # without these, a start with no blocker is unknown, not ready
 
@@ -82,7 +84,7 @@ def _diagnosis(f: Finding) -> Diagnosis:
 def report(args: ServeArgs, outcome: Outcome, ctx: Context | None = None) -> Report:
     pre: dict[str, Any] = {
         "command": args.command,
-        "env": args.env,
+        "env": {k: MASK if any(s in k for s in SECRET_NAMES) else v for k, v in args.env.items()},
         "headline": headline(outcome),
         "input": f"preflight of {args.command}" + (f" · backend {ctx.backend}" if ctx and ctx.backend else ""),
         "ran": outcome.ran,
@@ -97,7 +99,7 @@ def report(args: ServeArgs, outcome: Outcome, ctx: Context | None = None) -> Rep
 
 
 def preflight(args: ServeArgs, nvml: Any = None, only: list[str] | None = None, offline: bool = False,
-              no_gpu: bool = False) -> Report:  # fmt: skip
+              no_gpu: bool = False, backend: str | None = None) -> Report:  # fmt: skip
     """The whole check of one start, as a Report."""
-    ctx = Context(args, nvml=nvml, offline=offline, no_gpu=no_gpu)
+    ctx = Context(args, nvml=nvml, offline=offline, no_gpu=no_gpu, backend=backend)
     return report(args, run(ctx, only), ctx)
