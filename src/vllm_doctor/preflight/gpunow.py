@@ -95,19 +95,20 @@ def _cuda_of_torch(version: str) -> tuple[int, int] | None:
 def driver(ctx: Context) -> list[Finding]:
     """The driver's CUDA version against the CUDA runtime the installed torch was built for."""
     ctx.gpus()
-    torch = ctx.torch_version
-    if torch is None:
+    if ctx.torch_version is None:
         raise CannotRun("torch is not installed in this environment (its metadata is not found)")
+    if not ctx.snapshot.cuda_version:
+        raise CannotRun("NVML does not say which CUDA version the driver supports")
+    return driver_verdict(ctx.torch_version, ctx.snapshot.cuda_version, ctx.snapshot.driver_version)
+
+
+def driver_verdict(torch: str, have: str, driver_version: str | None) -> list[Finding]:
     built = _cuda_of_torch(torch)
     if built is None:
         raise CannotRun(f"torch {torch} does not name its CUDA build (+cuXYZ)")
-    have = ctx.snapshot.cuda_version
-    if not have:
-        raise CannotRun("NVML does not say which CUDA version the driver supports")
     major, minor = (int(x) for x in have.split(".")[:2])
-    numbers = {"torch": torch, "torch_cuda": f"{built[0]}.{built[1]}", "driver": ctx.snapshot.driver_version,
-               "driver_cuda": have}  # fmt: skip
-    text = f"torch {torch} is built for CUDA {built[0]}.{built[1]}; driver {ctx.snapshot.driver_version} supports up to {have}"
+    numbers = {"torch": torch, "torch_cuda": f"{built[0]}.{built[1]}", "driver": driver_version, "driver_cuda": have}
+    text = f"torch {torch} is built for CUDA {built[0]}.{built[1]}; driver {driver_version} supports up to {have}"
     fix = [Fix("Upgrade the NVIDIA driver, or install a torch built for this CUDA", f"the driver supports up to {have}")]
     if built[0] > major:
         return [blocker("cuda-driver", "The driver is too old for the installed torch", text + ".", numbers, fix)]

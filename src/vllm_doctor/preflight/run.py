@@ -25,6 +25,7 @@ class Outcome:
     findings: list[Finding] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # check -> why it could not run
     ran: list[str] = field(default_factory=list)
+    only: bool = False  # --only: some checks, not the whole preflight
 
 
 def run(ctx: Context, only: list[str] | None = None) -> Outcome:
@@ -32,7 +33,7 @@ def run(ctx: Context, only: list[str] | None = None) -> Outcome:
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         raise DoctorError(f"no check {unknown[0]!r}; `vllm-doctor check --list` names them")
-    out = Outcome()
+    out = Outcome(only=bool(only))
     for name in names:
         try:
             found = BY_NAME[name].run(ctx)
@@ -71,6 +72,8 @@ def headline(outcome: Outcome) -> str:
         return f"unknown: {missing} could not run ({outcome.skipped[missing]})"
     if state == "degraded" and top is not None:
         return f"would start, with a warning: {top.category}"
+    if outcome.only:
+        return f"no blocker found by {', '.join(outcome.ran) or 'no check'} (--only)"
     return "ready to start: no blocker found"
 
 
