@@ -244,19 +244,14 @@ def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of r
     typer.echo(f"{count} rule file(s) OK")
 
 
-class Preflight(str, Enum):
-    warn = "warn"
-    strict = "strict"
-    off = "off"
+Preflight = Enum("Preflight", [("warn", "warn"), ("strict", "strict"), ("off", "off")], type=str)  # serve --preflight
+ModelArgs = typer.Argument(help="The model and the vllm serve arguments, after --.", metavar="MODEL_AND_ARGS",
+                           show_default=False)  # fmt: skip
 
 
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
 def check(
-    vllm_args: Annotated[
-        Optional[list[str]],
-        typer.Argument(help="The model and the vllm serve arguments, after --.", metavar="MODEL_AND_ARGS",
-                       show_default=False),
-    ] = None,
+    vllm_args: Annotated[Optional[list[str]], ModelArgs] = None,
     list_checks: Annotated[bool, typer.Option("--list", help="List the checks, one line each.")] = False,
     only: Annotated[list[str], typer.Option("--only", help="Run only this check (repeatable).", metavar="NAME")] = [],  # noqa: B006
     format: FormatOpt = Format.text,
@@ -266,16 +261,12 @@ def check(
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Skip the NVML snapshot (the GPU checks say so).")] = False,
     no_redact: NoRedactOpt = False,
 ) -> None:
-    """Find the failures `vllm serve` would hit, before it starts: fit, TP shape, the GPUs now, the
-    host, the model. Reads the environment too (VLLM_*, HF_*, CUDA_VISIBLE_DEVICES).
-
-    Exit status: 0 no blocker, 1 a blocker, 2 usage error, 4 unknown (the fit or the model could not be checked)."""
-    from vllm_doctor.preflight.checks import CHECKS
-
+    """Find what `vllm serve` would fail on, before it starts (fit, TP, the GPUs now, the host, the model; the
+    environment too). Exit status: 0 no blocker, 1 a blocker, 2 usage error, 4 unknown (fit or model not checked)."""
     if list_checks:
-        for c in CHECKS:
-            typer.echo(f"{c.name:14} {c.description}")
-        return
+        from vllm_doctor.preflight.checks import listing
+
+        return typer.echo(listing())
     from vllm_doctor.preflight.args import parse
     from vllm_doctor.preflight.run import preflight
 
@@ -289,12 +280,7 @@ def check(
 
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
 def serve(
-    vllm_args: Annotated[
-        list[str],
-        typer.Argument(
-            help="The model and the vllm serve arguments, after --.", metavar="MODEL_AND_ARGS", show_default=False
-        ),
-    ],
+    vllm_args: Annotated[list[str], ModelArgs],
     vllm_bin: Annotated[
         Optional[str], typer.Option("--vllm-bin", help="The vllm executable (default: vllm on PATH).")
     ] = None,
@@ -329,7 +315,7 @@ def serve(
     rules_dirs: RulesDirs = [],  # noqa: B006
     preflight: Annotated[
         Preflight,
-        typer.Option("--preflight", help="Run `check` first: warn (print, start), strict (refuse a blocker), off."),
+        typer.Option("--preflight", help="Run `check` first: warn (and start), strict (refuse a blocker), off."),
     ] = Preflight.warn,
 ) -> None:
     """Run vllm serve, pass its output through, and on a bad exit write a diagnosed incident report.

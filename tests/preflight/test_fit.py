@@ -4,9 +4,9 @@ TP against the model's shape and the visible GPUs."""
 from __future__ import annotations
 
 import pytest
+from preflight_fakes import h100s
 
 from conftest import FIXTURES
-from preflight_fakes import h100s
 from vllm_doctor.preflight import fit, parallel
 from vllm_doctor.preflight.args import parse
 from vllm_doctor.preflight.context import Context

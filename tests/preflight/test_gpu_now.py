@@ -9,9 +9,9 @@ import sys
 import time
 
 import pytest
+from preflight_fakes import h100s
 
 from conftest import FIXTURES
-from preflight_fakes import h100s
 from vllm_doctor.preflight import gpunow, procfs
 from vllm_doctor.preflight.args import parse
 from vllm_doctor.preflight.context import Context
@@ -33,7 +33,9 @@ def _started(p: subprocess.Popen, word: str) -> int:
 @pytest.fixture
 def other_server():
     """A real process whose command line is another vLLM server at --gpu-memory-utilization 0.6."""
-    p = subprocess.Popen([sys.executable, "-c", SLEEP, "/usr/bin/vllm", "serve", "m", "--gpu-memory-utilization", "0.6"])
+    p = subprocess.Popen(
+        [sys.executable, "-c", SLEEP, "/usr/bin/vllm", "serve", "m", "--gpu-memory-utilization", "0.6"]
+    )
     yield _started(p, "serve")
     p.kill()
     p.wait()

@@ -9,6 +9,7 @@ import shutil
 import socket
 
 from preflight_fakes import h100s
+
 from vllm_doctor.preflight import host, procfs
 from vllm_doctor.preflight.args import parse
 from vllm_doctor.preflight.context import Context

@@ -12,9 +12,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from preflight_fakes import FakeNvml
 
 from conftest import FIXTURES
-from preflight_fakes import FakeNvml
 from vllm_doctor.preflight.args import parse
 from vllm_doctor.preflight.host import NODE0
 from vllm_doctor.preflight.parallel import NUMA_NODES

@@ -41,3 +41,8 @@ CHECKS = [
     Check("host_ram", "host RAM against --swap-space, --cpu-offload-gb and the CPU backend's KV cache", host.host_ram),
 ]  # fmt: skip
 BY_NAME = {c.name: c for c in CHECKS}
+
+
+def listing() -> str:
+    """`check --list`: one line per check, like brew doctor's."""
+    return "\n".join(f"{c.name:14} {c.description}" for c in CHECKS)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-
 # where in a start each failure happens, the earliest highest: the first blocker is the failure the
 # start would stop at. vLLM 0.6+ binds the port before it builds the engine config (max-model-len,
 # heads); the workers then bind CPUs, check free GPU memory, build the model (KV heads, vocab), load

@@ -109,7 +109,9 @@ def driver_verdict(torch: str, have: str, driver_version: str | None) -> list[Fi
     major, minor = (int(x) for x in have.split(".")[:2])
     numbers = {"torch": torch, "torch_cuda": f"{built[0]}.{built[1]}", "driver": driver_version, "driver_cuda": have}
     text = f"torch {torch} is built for CUDA {built[0]}.{built[1]}; driver {driver_version} supports up to {have}"
-    fix = [Fix("Upgrade the NVIDIA driver, or install a torch built for this CUDA", f"the driver supports up to {have}")]
+    fix = [
+        Fix("Upgrade the NVIDIA driver, or install a torch built for this CUDA", f"the driver supports up to {have}")
+    ]
     if built[0] > major:
         return [blocker("cuda-driver", "The driver is too old for the installed torch", text + ".", numbers, fix)]
     if built > (major, minor):

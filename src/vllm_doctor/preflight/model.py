@@ -159,12 +159,12 @@ def tokenizer(ctx: Context) -> list[Finding]:
 
 QUANT_FILE = "vllm/model_executor/layers/quantization/__init__.py"
 # vLLM 0.32.0's QUANTIZATION_METHODS, as its error lists them (shared/vllm-lab, startup-invalid-quantization)
-QUANT_032 = (
-    "awq auto_awq fp8 fbgemm_fp8 fp_quant modelopt modelopt_fp4 modelopt_mxfp8 modelopt_mixed auto_gptq gptq "
-    "gptq_marlin awq_marlin humming compressed-tensors experts_int8 quark moe_wna16 torchao inc mxfp4 gpt_oss_mxfp4 "
-    "deepseek_v4_fp8 online fp8_per_tensor fp8_per_block fp8_per_channel int8_per_channel_weight_only nvfp4_per_token "
-    "mxfp8"
-).split()
+QUANT_032 = [
+    "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8",
+    "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming", "compressed-tensors",
+    "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8", "online",
+    "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8",
+]  # fmt: skip
 # methods that quantise a full-precision checkpoint as it loads; every other one reads quantization_config
 ONLINE = {"fp8", "experts_int8", "torchao", "online", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel",
           "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8", "bitsandbytes", "ptpc_fp8", "inc"}  # fmt: skip
