@@ -50,6 +50,27 @@ def engine_core():
     p.wait()
 
 
+@pytest.fixture
+def server_with_engine():
+    """A real vLLM-like server (its command line `vllm serve m --gpu-memory-utilization 0.5`) whose
+    child, titled VLLM::EngineCore as vLLM titles it, is what NVML lists on the GPU."""
+    child = f"subprocess.Popen(['bash', '-c', 'exec -a VLLM::EngineCore {sys.executable} -c \\'{SLEEP}\\''])"
+    code = f"import subprocess, time; {child}; time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", code, "vllm", "serve", "m", "--gpu-memory-utilization", "0.5"])
+    _started(p, "serve")
+    end = time.monotonic() + 10
+    while True:
+        kids = (procfs.PROC / str(p.pid) / "task" / str(p.pid) / "children").read_text().split()
+        if kids and "VLLM::EngineCore" in " ".join(procfs.cmdline(int(kids[0])) or []):
+            break
+        assert time.monotonic() < end, "the engine never started"
+        time.sleep(0.01)
+    yield p.pid, int(kids[0])
+    subprocess.run(["kill", kids[0]], check=False)
+    p.kill()
+    p.wait()
+
+
 def ctx(*argv, nvml, env=None):
     return Context(parse([LLAMA, *argv], env=env or {}), nvml=nvml, offline=True)
 
@@ -71,6 +92,15 @@ def test_fractions_of_other_servers_add_up(other_server):
     assert found.fixes[0].value == "0.38"  # 1 - 0.6 - 0.02
     (fine,) = gpunow.other_servers(ctx("--gpu-memory-utilization", "0.35", nvml=nvml))
     assert fine.severity == "info" and fine.numbers["sum"] == 0.95
+
+
+def test_the_engine_holds_the_memory_and_its_server_asked_for_the_fraction(server_with_engine):
+    server, engine = server_with_engine
+    nvml = h100s(1, free=40000, processes=[(engine, 40000)])
+    (found,) = gpunow.other_servers(ctx(nvml=nvml))
+    assert found.severity == "blocker" and found.numbers["sum"] == 1.4 and f"pid {server} at 0.50" in found.summary
+    (held,) = gpunow.gpu_free(ctx(nvml=nvml))
+    assert f"pid {engine} a vLLM EngineCore of the server pid {server} (40,000 MiB)" in held.summary
 
 
 def test_cuda_visible_devices_picks_the_gpus():

@@ -31,6 +31,9 @@ def _who(p: GpuProcess) -> str:
         name = "a vLLM EngineCore" + (" left over from a server that is gone (its parent is init)" if orphan else "")
     elif from_cmdline(words):
         name = "a vLLM server"
+    if "EngineCore" in name or "Worker" in text:
+        server = _server_of(p.pid)
+        name += f" of the server pid {server[0]}" if server and server[0] != p.pid else ""
     used = "?" if p.used_mib is None else f"{p.used_mib:,}"
     return f"pid {p.pid} {name} ({used} MiB)"
 
@@ -79,12 +82,28 @@ def other_servers(ctx: Context) -> list[Finding]:
 
 
 def _servers(d: GpuDevice) -> list[tuple[int, float]]:
-    out = []
+    """(server pid, its --gpu-memory-utilization) for each vLLM server holding memory on the GPU, once
+    each: the memory is held by its EngineCore or workers, whose command line is only a title, so the
+    server is the nearest ancestor whose command line is `vllm serve ...`."""
+    found: dict[int, float] = {}
     for p in d.processes:
-        args = from_cmdline(procfs.cmdline(p.pid) or [])
+        server = _server_of(p.pid)
+        if server is not None:
+            pid, args = server
+            found[pid] = args.number("gpu_memory_utilization", DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION
+    return sorted(found.items())
+
+
+def _server_of(pid: int, depth: int = 4):
+    for _ in range(depth):
+        args = from_cmdline(procfs.cmdline(pid) or [])
         if args is not None:
-            out.append((p.pid, args.number("gpu_memory_utilization", DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION))
-    return out
+            return pid, args
+        up = procfs.parent(pid)
+        if up is None or up <= 1:
+            return None
+        pid = up
+    return None
 
 
 def _cuda_of_torch(version: str) -> tuple[int, int] | None:
