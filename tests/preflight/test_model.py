@@ -4,8 +4,12 @@ tokenizer and chat template, and --quantization against config.json."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
+import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -94,3 +98,38 @@ def test_quantization_against_config(tmp_path):
 def test_no_model_is_a_blocker():
     (found,) = model.model_config(Context(parse([], env={}), offline=True, no_gpu=True))
     assert found.severity == "blocker"
+
+
+class _GatedHub(http.server.BaseHTTPRequestHandler):
+    """A Hub endpoint on localhost that answers as for a gated repo (403, X-Error-Code GatedRepo)."""
+
+    def do_HEAD(self):  # noqa: N802
+        self.send_response(403)
+        self.send_header("X-Error-Code", "GatedRepo")
+        self.send_header("X-Error-Message", "Access to model org/gated is restricted.")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_gated_repo_is_hf_auth(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _GatedHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "VLLM_"))}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{server.server_address[1]}", HF_HUB_CACHE=str(tmp_path), NO_COLOR="1",
+               HF_HOME=str(tmp_path / "home"))  # fmt: skip
+    try:
+        r = subprocess.run([sys.executable, "-m", "vllm_doctor", "check", "--format", "json", "--", "org/gated"],
+                           env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.returncode == 1, r.stderr
+    top = json.loads(r.stdout)["diagnoses"][0]
+    assert (top["category"], top["rule"]) == ("hf-auth", "check:model_config") and "HF_TOKEN is not set" in top[
+        "summary"
+    ]

@@ -65,6 +65,16 @@ class ServeArgs:
     def pp(self) -> int:
         return max(1, self.integer("pipeline_parallel_size", 1) or 1)
 
+    def env_number(self, name: str) -> float | None:
+        """A numeric variable (VLLM_CPU_KVCACHE_SPACE=4); None when unset or empty."""
+        value = self.env.get(name, "").strip()
+        if not value:
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            raise DoctorError(f"{name}={value}: not a number") from None
+
     def env_on(self, name: str) -> bool:
         return self.env.get(name, "").strip().lower() in TRUE
 

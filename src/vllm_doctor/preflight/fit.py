@@ -43,13 +43,13 @@ def _element(ctx: Context, shape: ModelShape) -> tuple[float, str]:
 
 def _cpu_fit(ctx: Context) -> list[Finding]:
     shape = ctx.shape()
-    space = ctx.args.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
-    if not space or float(space or 0) <= 0:
+    space = ctx.args.env_number("VLLM_CPU_KVCACHE_SPACE")
+    if not space or space <= 0:
         raise CannotRun(
             "VLLM_CPU_KVCACHE_SPACE is not set: the CPU worker sizes the KV cache at startup from "
             "--gpu-memory-utilization of the node's memory, less what it measures (see the host_ram check)"
         )
-    cache = float(space) * GIB
+    cache = space * GIB
     element, kv_dtype = _element(ctx, shape)
     bpt = cap.kv_bytes_per_token(shape, element, ctx.args.tp)
     block = ctx.args.integer("block_size") or CPU_BLOCK_SIZE
@@ -57,9 +57,9 @@ def _cpu_fit(ctx: Context) -> list[Finding]:
     blocks = cap.blocks_that_fit(cache, bpt, block)
     longest = cap.largest_max_model_len(blocks, block)
     needed = cap.cdiv(length, block) * block * bpt  # as vLLM says it; the null block comes on top
-    numbers = {"kv_cache_gib": float(space), "kv_bytes_per_token": bpt, "block_size": block, "blocks": blocks,
+    numbers = {"kv_cache_gib": space, "kv_bytes_per_token": bpt, "block_size": block, "blocks": blocks,
                "max_model_len": length, "fit_max_model_len": longest, "needed_gib": round(needed / GIB, 2)}  # fmt: skip
-    work = (f"VLLM_CPU_KVCACHE_SPACE {space} GiB / ({cap.kv_formula(shape, element, kv_dtype, ctx.args.tp)} = "
+    work = (f"VLLM_CPU_KVCACHE_SPACE {space:g} GiB / ({cap.kv_formula(shape, element, kv_dtype, ctx.args.tp)} = "
             f"{fmt_int(bpt)} B/token x {block}-token blocks) = {fmt_int(blocks)} blocks, one held back")  # fmt: skip
     if longest >= length:
         return [info("kv-capacity", "The KV cache holds one max-length sequence",

@@ -167,15 +167,15 @@ def _node0(total: int, available: int) -> tuple[int, int, str]:
 
 def _cpu_memory(ctx: Context, total: int, available: int) -> list[Finding]:
     node_total, node_free, where = _node0(total, available)
-    space = ctx.args.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
+    space = ctx.args.env_number("VLLM_CPU_KVCACHE_SPACE")
     numbers = {"node_total_gib": round(node_total / GIB, 2), "node_free_gib": round(node_free / GIB, 2)}
-    if space and float(space) > 0:
-        want = float(space) * GIB
+    if space and space > 0:
+        want = space * GIB
         if want <= node_free:
             return []
         return [blocker("cpu-kvcache-exceeds-ram", "VLLM_CPU_KVCACHE_SPACE is more than the memory free",
-                        f"VLLM_CPU_KVCACHE_SPACE={space} GiB; {where} has {fmt_size(node_free, 'GiB')} free of "
-                        f"{fmt_size(node_total, 'GiB')}.", {**numbers, "kv_cache_gib": float(space)},
+                        f"VLLM_CPU_KVCACHE_SPACE={space:g} GiB; {where} has {fmt_size(node_free, 'GiB')} free of "
+                        f"{fmt_size(node_total, 'GiB')}.", {**numbers, "kv_cache_gib": space},
                         [Fix(f"Set VLLM_CPU_KVCACHE_SPACE to at most {int(node_free // GIB)}", "the KV cache is "
                              "allocated in the node's RAM", None, str(int(node_free // GIB)))])]  # fmt: skip
     util = ctx.args.number("gpu_memory_utilization", CPU_UTILIZATION) or CPU_UTILIZATION

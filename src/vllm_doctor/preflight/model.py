@@ -9,6 +9,7 @@ import os
 import re
 from pathlib import Path
 
+from vllm_doctor.capacity.hub import Resolved
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, Fix, blocker, info, warning
 
@@ -22,9 +23,13 @@ def model_config(ctx: Context) -> list[Finding]:
     if not ctx.args.model:
         return [blocker("config-validation", "No model given", "vllm serve needs MODEL (or --model).", {},
                         [Fix("Give the model first: vllm serve MODEL ...", "there is nothing to serve")])]  # fmt: skip
-    r = ctx.resolved
+    return config_verdict(ctx.args.model, ctx.resolved)
+
+
+def config_verdict(model: str, r: Resolved) -> list[Finding]:
+    """What the lookup of config.json (capacity/hub.py) means for the start."""
     if r.config is not None:
-        return [info("model-config", "config.json found", f"{ctx.args.model}: {r.source}.", {})]
+        return [info("model-config", "config.json found", f"{model}: {r.source}.", {})]
     note = r.note or "no config.json"
     if "gated" in note or "401/403" in note:
         return [blocker("hf-auth", "The repo is gated", note, {},

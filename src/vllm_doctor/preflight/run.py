@@ -17,7 +17,7 @@ from vllm_doctor.preflight.finding import CannotRun, Finding
 SECRET_NAMES = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 MASK = "[REDACTED]"
 RANK = {"blocker": 0, "warning": 1, "info": 2}
-DECIDING = ("fit", "model_config")  # without these, a start with no blocker is unknown, not ready
+DECIDING = "fit"  # without it, a start with no blocker is unknown, not ready
 
 
 @dataclass
@@ -57,7 +57,7 @@ def status(outcome: Outcome) -> str:
     severities = {f.severity for f in outcome.findings}
     if "blocker" in severities:
         return "failed"
-    if any(name in outcome.skipped for name in DECIDING):
+    if DECIDING in outcome.skipped:
         return "unknown"
     return "degraded" if "warning" in severities else "healthy"
 
@@ -68,8 +68,7 @@ def headline(outcome: Outcome) -> str:
     if state == "failed" and top is not None:
         return f"would fail: {top.category} (blocker, at {top.check})"
     if state == "unknown":
-        missing = next(n for n in DECIDING if n in outcome.skipped)
-        return f"unknown: {missing} could not run ({outcome.skipped[missing]})"
+        return f"unknown: {DECIDING} could not run ({outcome.skipped[DECIDING]})"
     if state == "degraded" and top is not None:
         return f"would start, with a warning: {top.category}"
     if outcome.only:
