@@ -12,6 +12,7 @@ from vllm_doctor.preflight import procfs
 from vllm_doctor.preflight.args import from_cmdline
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, Fix, blocker, info, warning
+from vllm_doctor.versions import version_tuple
 
 DEFAULT_UTILIZATION = 0.9
 # the lowest compute capability of each quantisation method (get_min_capability() in
@@ -154,7 +155,8 @@ def capability(ctx: Context) -> list[Finding]:
     dtype = (ctx.args.text("dtype") or "auto").lower()
     wants_bf16 = dtype in ("bfloat16", "bf16") or (dtype == "auto" and shape is not None and shape.dtype == "bfloat16")
     if wants_bf16 and cc < 80:
-        explicit = dtype != "auto"
+        old = version_tuple(ctx.vllm_version, unknown=(99,)) < (0, 9)  # before 0.9, auto did not fall back
+        explicit = dtype != "auto" or old
         make = blocker if explicit else info
         out.append(make("unsupported-dtype", "bfloat16 needs compute capability 8.0",
                         f"GPU {d.index} {d.name} has compute capability {major}.{minor}"
