@@ -187,4 +187,5 @@ def _cpu_memory(ctx: Context, total: int, available: int) -> list[Finding]:
                     f"--gpu-memory-utilization {util:.2f} ({fmt_size(util * node_total, 'GiB')}): on the CPU backend "
                     "it is the fraction of RAM reserved.", {**numbers, "gpu_memory_utilization": util},
                     [Fix(f"Lower --gpu-memory-utilization to {top:.2f}, or set VLLM_CPU_KVCACHE_SPACE (GiB)",
-                         "at most the free fraction", "--gpu-memory-utilization", f"{top:.2f}")])]  # fmt: skip
+                         "at most the free fraction", "--gpu-memory-utilization", f"{top:.2f}")],
+                    confidence="medium")]  # MemFree: vLLM may count reclaimable memory as available too  # fmt: skip
