@@ -269,14 +269,43 @@ def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of r
     typer.echo(f"{count} rule file(s) OK")
 
 
+Preflight = Enum("Preflight", [("warn", "warn"), ("strict", "strict"), ("off", "off")], type=str)  # serve --preflight
+ModelArgs = typer.Argument(help="The model and the vllm serve arguments, after --.", metavar="MODEL_AND_ARGS",
+                           show_default=False)  # fmt: skip
+
+
+@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+def check(
+    vllm_args: Annotated[Optional[list[str]], ModelArgs] = None,
+    list_checks: Annotated[bool, typer.Option("--list", help="List the checks, one line each.")] = False,
+    only: Annotated[list[str], typer.Option("--only", help="Run only this check (repeatable).", metavar="NAME")] = [],  # noqa: B006
+    format: FormatOpt = Format.text,
+    output: OutputOpt = None,
+    fail_on: FailOnOpt = FailOn.blocker,
+    offline: OfflineOpt = False,
+    no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Skip the NVML snapshot (the GPU checks say so).")] = False,
+    no_redact: NoRedactOpt = False,
+) -> None:
+    """Find what `vllm serve` would fail on, before it starts (fit, TP, the GPUs now, the host, the model; the
+    environment too). Exit status: 0 no blocker, 1 a blocker, 2 usage error, 4 unknown (fit or model not checked)."""
+    if list_checks:
+        from vllm_doctor.preflight.checks import listing
+
+        return typer.echo(listing())
+    from vllm_doctor.preflight.args import parse
+    from vllm_doctor.preflight.run import preflight
+
+    args = list(vllm_args or [])
+    if not args or args == ["--"]:
+        fail("give the model after --: vllm-doctor check [OPTIONS] -- MODEL [vllm serve args]")
+    report = preflight(parse(args), only=list(only), offline=offline, no_gpu=no_gpu)
+    _emit(report, format, output, redact=not no_redact)
+    raise typer.Exit(_exit_code(report, fail_on))
+
+
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
 def serve(
-    vllm_args: Annotated[
-        list[str],
-        typer.Argument(
-            help="The model and the vllm serve arguments, after --.", metavar="MODEL_AND_ARGS", show_default=False
-        ),
-    ],
+    vllm_args: Annotated[list[str], ModelArgs],
     vllm_bin: Annotated[
         Optional[str], typer.Option("--vllm-bin", help="The vllm executable (default: vllm on PATH).")
     ] = None,
@@ -309,17 +338,25 @@ def serve(
     ] = False,
     no_redact: NoRedactOpt = False,
     rules_dirs: RulesDirs = [],  # noqa: B006
+    preflight: Annotated[
+        Preflight,
+        typer.Option("--preflight", help="Run `check` first: warn (and start), strict (refuse a blocker), off."),
+    ] = Preflight.warn,
 ) -> None:
     """Run vllm serve, pass its output through, and on a bad exit write a diagnosed incident report.
 
-    Exits with vLLM's own status (128 + N when a signal N ended it).
+    Exits with vLLM's own status (128 + N when a signal N ended it); 1 when --preflight strict refuses.
     """
+    from vllm_doctor.preflight.gate import before_serve
     from vllm_doctor.serve import ServeOptions, run
 
     if vllm_args and vllm_args[0] == "--":
         vllm_args = vllm_args[1:]
     if not vllm_args:
         fail("give the model after --: vllm-doctor serve [OPTIONS] -- MODEL [vllm serve args]")
+    refused = before_serve(list(vllm_args), preflight.value)
+    if refused is not None:
+        raise typer.Exit(refused)
     outcome = run(
         ServeOptions(
             vllm_args=list(vllm_args),

@@ -36,7 +36,7 @@ def _script(tmp_path, body: str):
 def _serve(tmp_path, vllm, *args, env=None):
     """The wrapper as a real process; returns (status, stderr, its peak RSS in bytes)."""
     p = subprocess.Popen(
-        [sys.executable, "-m", "vllm_doctor", "serve", "--vllm-bin", str(vllm), *args, "--", "m"],
+        [sys.executable, "-m", "vllm_doctor", "serve", "--vllm-bin", str(vllm), "--preflight", "off", *args, "--", "m"],
         cwd=tmp_path,
         env=env or dict(os.environ),
         stdout=subprocess.DEVNULL,

@@ -30,7 +30,9 @@ def _env(**fake):
 
 
 def start(tmp_path, fake_bin, *doctor_args, model_args=("/models/tiny-llama",), **fake):
-    cmd = [sys.executable, "-m", "vllm_doctor", "serve", "--vllm-bin", str(fake_bin), *doctor_args, "--", *model_args]
+    # --preflight off: these tests compare the child's bytes; tests/preflight/test_serve_preflight.py tests it
+    cmd = [sys.executable, "-m", "vllm_doctor", "serve", "--vllm-bin", str(fake_bin)]
+    cmd += ["--preflight", "off", *doctor_args, "--", *model_args]
     return subprocess.Popen(
         cmd, cwd=tmp_path, env=_env(**fake), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     )

@@ -118,6 +118,10 @@ class Nvml:
                 seen[int(p.pid)] = used if seen.get(int(p.pid)) is None else seen[int(p.pid)]
         return list(seen.items())
 
+    def compute_capability(self, index: int) -> tuple[int, int]:
+        major, minor = self.nv.nvmlDeviceGetCudaComputeCapability(self._handle(index))
+        return int(major), int(minor)
+
     def process_name(self, pid: int) -> str:
         try:
             return _text(self.nv.nvmlSystemGetProcessName(pid))
@@ -185,6 +189,27 @@ def _safe(call) -> str | None:
         return call()
     except Exception:  # noqa: BLE001
         return None
+
+
+def capabilities(adapter: Any = None) -> dict[int, tuple[int, int]]:
+    """Each GPU's compute capability (8, 0), from adapters that can say; {} without NVML. Never raises."""
+    if adapter is None and not any(os.path.exists(p) for p in DRIVER_MARKERS):
+        return {}
+    try:
+        nv = adapter if adapter is not None else Nvml()
+        nv.open()
+    except Exception:  # noqa: BLE001 - no NVML: no capabilities
+        return {}
+    try:
+        ask = getattr(nv, "compute_capability", None)
+        return {i: tuple(ask(i)) for i in range(nv.device_count())} if ask else {}
+    except Exception:  # noqa: BLE001
+        return {}
+    finally:
+        try:
+            nv.close()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def skipped(reason: str) -> GpuSnapshot:

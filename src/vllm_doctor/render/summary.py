@@ -10,6 +10,9 @@ from vllm_doctor.matching.expr import fmt
 
 
 def headline(report: Report) -> str:
+    preflight = report.facts.get("preflight")
+    if isinstance(preflight, dict):  # `vllm-doctor check`: a start that has not happened yet
+        return str(preflight["headline"])
     top = next((d for d in report.diagnoses if d.severity != "info"), None)
     if report.empty:
         return "unknown: the input is empty (nothing to diagnose)"
@@ -62,6 +65,8 @@ def _hhmm(time: str | None) -> str:
 
 def describe_input(report: Report) -> str:
     f = report.facts
+    if isinstance(f.get("preflight"), dict):
+        return str(f["preflight"]["input"])
     parts = [", ".join(report.paths) + f" ({report.lines:,} lines)"]
     if f.get("vllm_version"):
         parts.append(f"vLLM {f['vllm_version']}")

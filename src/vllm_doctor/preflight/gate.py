@@ -1,0 +1,45 @@
+"""What `serve --preflight` does before it spawns vLLM: warn prints the blockers and warnings on
+stderr and starts anyway; strict refuses a start with a blocker (exit 1, vLLM never spawned);
+off skips the checks. A bug in a check never stops a start in warn mode."""
+
+from __future__ import annotations
+
+import sys
+from typing import IO
+
+TAG = "[vllm-doctor] preflight"
+MODES = ("warn", "strict", "off")
+
+
+def lines(report) -> list[str]:
+    """The headline, then one line per blocker and warning with its first fix."""
+    out = [f"{TAG}: {report.facts['preflight']['headline']}"]
+    for d in report.diagnoses:
+        if d.severity == "info":
+            continue
+        fix = f" First fix: {d.fixes[0].action}." if d.fixes else ""
+        out.append(f"{TAG} {d.severity}: {d.category} ({d.rule.removeprefix('check:')}): {d.summary}{fix}")
+    return out
+
+
+def before_serve(vllm_args: list[str], mode: str, err: IO[str] | None = None) -> int | None:
+    """None: go on and start vLLM; an exit status: do not start it."""
+    if mode == "off":
+        return None
+    err = err or sys.stderr
+    try:
+        from vllm_doctor.preflight.args import parse
+        from vllm_doctor.preflight.run import preflight
+
+        report = preflight(parse(vllm_args))
+    except Exception as e:  # noqa: BLE001 - the server matters more than the preflight
+        print(f"{TAG}: could not run ({type(e).__name__}: {e}); starting anyway", file=err, flush=True)
+        return None
+    said = lines(report)
+    for line in said if len(said) > 1 else []:  # quiet when there is nothing to fix
+        print(line, file=err, flush=True)
+    if mode == "strict" and report.status == "failed":
+        print(f"{TAG}: --preflight strict: not starting vLLM (fix the blocker, or --preflight warn)", file=err,
+              flush=True)  # fmt: skip
+        return 1
+    return None

@@ -1,0 +1,173 @@
+"""The GPUs as they are now: memory other processes hold (named: another vLLM, its leftover
+EngineCore), the fractions other vLLM servers on the same GPU asked for, the driver against the
+CUDA runtime the installed torch was built for, and compute capability against dtype and
+quantisation."""
+
+from __future__ import annotations
+
+import re
+
+from vllm_doctor.capacity.gpu import GpuDevice, GpuProcess, headroom
+from vllm_doctor.preflight import procfs
+from vllm_doctor.preflight.args import from_cmdline
+from vllm_doctor.preflight.context import Context
+from vllm_doctor.preflight.finding import CannotRun, Finding, Fix, blocker, info, warning
+from vllm_doctor.versions import version_tuple
+
+DEFAULT_UTILIZATION = 0.9
+# the lowest compute capability of each quantisation method (get_min_capability() in
+# vllm/model_executor/layers/quantization/<method>.py); fp8 below 8.9 runs weight-only through Marlin
+MIN_CAPABILITY = {
+    "awq": 75, "gptq": 60, "awq_marlin": 80, "gptq_marlin": 80, "marlin": 80, "fp8": 80, "bitsandbytes": 70,
+    "gguf": 60, "compressed-tensors": 70, "experts_int8": 80, "fbgemm_fp8": 80, "modelopt": 89, "mxfp4": 80,
+}  # fmt: skip
+
+
+def _who(p: GpuProcess) -> str:
+    words = procfs.cmdline(p.pid) or []
+    text = " ".join(words)
+    name = p.name
+    if "EngineCore" in name or "EngineCore" in text:
+        orphan = procfs.parent(p.pid) == 1
+        name = "a vLLM EngineCore" + (" left over from a server that is gone (its parent is init)" if orphan else "")
+    elif from_cmdline(words):
+        name = "a vLLM server"
+    if "EngineCore" in name or "Worker" in text:
+        server = _server_of(p.pid)
+        name += f" of the server pid {server[0]}" if server and server[0] != p.pid else ""
+    used = "?" if p.used_mib is None else f"{p.used_mib:,}"
+    return f"pid {p.pid} {name} ({used} MiB)"
+
+
+def gpu_free(ctx: Context) -> list[Finding]:
+    """Memory other processes hold: --gpu-memory-utilization must be at most free/total on each GPU."""
+    util = ctx.args.number("gpu_memory_utilization", DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION
+    out = []
+    for d in ctx.used():
+        if d.free_mib >= d.total_mib * util:
+            continue
+        procs = ", ".join(_who(p) for p in d.processes) or "no process NVML can name (another container?)"
+        top = headroom(d)
+        out.append(blocker("gpu-memory-occupied", f"GPU {d.index} has less free memory than vLLM will ask for",
+                           f"GPU {d.index} {d.name}: {d.free_mib:,} of {d.total_mib:,} MiB free = "
+                           f"{d.free_mib / d.total_mib:.2f}, below --gpu-memory-utilization {util:.2f}; held by {procs}.",
+                           {"gpu": d.index, "free_mib": d.free_mib, "total_mib": d.total_mib,
+                            "gpu_memory_utilization": util, "max_utilization": top},
+                           [Fix(f"Lower --gpu-memory-utilization to {top:.2f}", "at most free/total, less a margin",
+                                "--gpu-memory-utilization", f"{top:.2f}"),
+                            Fix("Stop the processes that hold the memory (or use another GPU)", procs)]))  # fmt: skip
+    return out
+
+
+def other_servers(ctx: Context) -> list[Finding]:
+    """The fractions other vLLM servers on the same GPU asked for, and the sum with this one."""
+    util = ctx.args.number("gpu_memory_utilization", DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION
+    out = []
+    for d in ctx.used():
+        theirs = _servers(d)
+        if not theirs:
+            continue
+        total = util + sum(f for _, f in theirs)
+        listed = ", ".join(f"pid {pid} at {f:.2f}" for pid, f in theirs)
+        numbers = {"gpu": d.index, "others": round(total - util, 2), "this": util, "sum": round(total, 2)}
+        text = f"GPU {d.index}: other vLLM servers ({listed}) and this one ({util:.2f}) add up to {total:.2f}"
+        if total > 1.0:
+            room = max(0.0, round(1.0 - (total - util) - 0.02, 2))
+            out.append(blocker("gpu-memory-occupied", "vLLM servers on one GPU ask for more than all of it",
+                               text + ": each takes its fraction of the whole card.", numbers,
+                               [Fix(f"Lower --gpu-memory-utilization to {room:.2f}", "what the others leave",
+                                    "--gpu-memory-utilization", f"{room:.2f}")]))  # fmt: skip
+        else:
+            out.append(info("gpu-memory-occupied", "Other vLLM servers share the GPU", text + ".", numbers))
+    return out
+
+
+def _servers(d: GpuDevice) -> list[tuple[int, float]]:
+    """(server pid, its --gpu-memory-utilization) for each vLLM server holding memory on the GPU, once
+    each: the memory is held by its EngineCore or workers, whose command line is only a title, so the
+    server is the nearest ancestor whose command line is `vllm serve ...`."""
+    found: dict[int, float] = {}
+    for p in d.processes:
+        server = _server_of(p.pid)
+        if server is not None:
+            pid, args = server
+            found[pid] = args.number("gpu_memory_utilization", DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION
+    return sorted(found.items())
+
+
+def _server_of(pid: int, depth: int = 4):
+    for _ in range(depth):
+        args = from_cmdline(procfs.cmdline(pid) or [])
+        if args is not None:
+            return pid, args
+        up = procfs.parent(pid)
+        if up is None or up <= 1:
+            return None
+        pid = up
+    return None
+
+
+def _cuda_of_torch(version: str) -> tuple[int, int] | None:
+    m = re.search(r"\+cu(\d+)(\d)$", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def driver(ctx: Context) -> list[Finding]:
+    """The driver's CUDA version against the CUDA runtime the installed torch was built for."""
+    ctx.gpus()
+    if ctx.torch_version is None:
+        raise CannotRun("torch is not installed in this environment (its metadata is not found)")
+    if not ctx.snapshot.cuda_version:
+        raise CannotRun("NVML does not say which CUDA version the driver supports")
+    return driver_verdict(ctx.torch_version, ctx.snapshot.cuda_version, ctx.snapshot.driver_version)
+
+
+def driver_verdict(torch: str, have: str, driver_version: str | None) -> list[Finding]:
+    built = _cuda_of_torch(torch)
+    if built is None:
+        raise CannotRun(f"torch {torch} does not name its CUDA build (+cuXYZ)")
+    major, minor = (int(x) for x in have.split(".")[:2])
+    numbers = {"torch": torch, "torch_cuda": f"{built[0]}.{built[1]}", "driver": driver_version, "driver_cuda": have}
+    text = f"torch {torch} is built for CUDA {built[0]}.{built[1]}; driver {driver_version} supports up to {have}"
+    fix = [
+        Fix("Upgrade the NVIDIA driver, or install a torch built for this CUDA", f"the driver supports up to {have}")
+    ]
+    if built[0] > major:
+        return [blocker("cuda-driver", "The driver is too old for the installed torch", text + ".", numbers, fix)]
+    if built > (major, minor):
+        return [warning("cuda-driver", "The driver is older than torch's CUDA", text + ": minor-version "
+                        "compatibility usually holds, but kernels that need the newer driver fail.", numbers, fix,
+                        confidence="medium")]  # fmt: skip
+    return []
+
+
+def capability(ctx: Context) -> list[Finding]:
+    """Compute capability against the dtype (bf16 needs 8.0) and the quantisation method."""
+    used = ctx.used()
+    caps = ctx.capabilities
+    if not caps:
+        raise CannotRun("NVML does not report the compute capability here")
+    shape, _ = ctx.loaded
+    low = min((caps[d.index], d) for d in used if d.index in caps)
+    (major, minor), d = low
+    cc = major * 10 + minor
+    out = []
+    dtype = (ctx.args.text("dtype") or "auto").lower()
+    wants_bf16 = dtype in ("bfloat16", "bf16") or (dtype == "auto" and shape is not None and shape.dtype == "bfloat16")
+    if wants_bf16 and cc < 80:
+        old = version_tuple(ctx.vllm_version, unknown=(99,)) < (0, 9)  # before 0.9, auto did not fall back
+        explicit = dtype != "auto" or old
+        make = blocker if explicit else info
+        out.append(make("unsupported-dtype", "bfloat16 needs compute capability 8.0",
+                        f"GPU {d.index} {d.name} has compute capability {major}.{minor}"
+                        + ("" if explicit else "; vLLM 0.9+ falls back to float16 for --dtype auto") + ".",
+                        {"compute_capability": f"{major}.{minor}"},
+                        [Fix("Use --dtype half", "float16 runs on every CUDA GPU", "--dtype", "half")]))  # fmt: skip
+    method = (ctx.args.text("quantization") or (shape.quant_method if shape else None) or "").lower()
+    need = MIN_CAPABILITY.get(method)
+    if need and cc < need:
+        out.append(blocker("quantization-unsupported", f"{method} needs compute capability {need / 10:.1f}",
+                           f"The quantization method {method} is not supported on GPU {d.index} {d.name}: minimum "
+                           f"capability {need}, current {cc}.", {"min_capability": need, "capability": cc},
+                           [Fix("Use a checkpoint quantised for this GPU (e.g. awq or gptq)", "its kernels run here")]))  # fmt: skip
+    return out

@@ -1,0 +1,108 @@
+"""Tensor and pipeline parallelism against the model and the machine: heads, KV heads and the
+padded vocabulary split by TP, layers by PP, TP x PP against the visible GPUs (or, on the CPU
+backend, the NUMA nodes its OpenMP binding needs), and a TP the weights do not need."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vllm_doctor.capacity import arithmetic as cap
+from vllm_doctor.capacity.arithmetic import GIB, fmt_list, fmt_size
+from vllm_doctor.preflight.context import Context
+from vllm_doctor.preflight.finding import CannotRun, Finding, Fix, blocker, info
+
+VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE: VocabParallelEmbedding pads to it, then splits by TP
+NUMA_NODES = Path("/sys/devices/system/node")
+
+
+def _valid(ctx: Context, heads: int | None, kv_heads: int | None, vocab: int | None) -> list[int]:
+    limit = max(len(ctx.visible), ctx.args.tp, 8)
+    return [t for t in cap.valid_tp_sizes(heads, kv_heads, limit) if not vocab or _padded(vocab) % t == 0]
+
+
+def _padded(vocab: int) -> int:
+    return cap.cdiv(vocab, VOCAB_PADDING) * VOCAB_PADDING
+
+
+def tp_shape(ctx: Context) -> list[Finding]:
+    """--tensor-parallel-size against heads, KV heads and the padded vocabulary; PP against layers."""
+    shape = ctx.shape()
+    tp, pp = ctx.args.tp, ctx.args.pp
+    heads, kv = shape.attention_heads or None, shape.kv_heads
+    vocab = None if shape.use_mla else shape.vocab_size
+    valid = _valid(ctx, heads, kv, vocab)
+    numbers = {"tp": tp, "attention_heads": heads, "kv_heads": kv, "valid_tp_sizes": fmt_list(valid)}
+    fix = [Fix(f"Use a --tensor-parallel-size of {fmt_list(valid)}", "sizes that split every head and the vocabulary",
+               "--tensor-parallel-size", str(max([t for t in valid if t <= max(tp, 1)] or [1])))]  # fmt: skip
+    out = []
+    if heads and heads % tp:
+        out.append(blocker("tp-divisibility", "--tensor-parallel-size does not divide the attention heads",
+                           f"{heads} attention heads are not divisible by --tensor-parallel-size {tp}.", numbers, fix))  # fmt: skip
+        out[-1].stage = 80  # ModelConfig.verify_with_parallel_config, before any worker starts
+    elif not cap.tp_ok(tp, None, kv):
+        out.append(blocker("tp-divisibility", "--tensor-parallel-size does not split the KV heads",
+                           f"{kv} KV heads and --tensor-parallel-size {tp}: neither divides the other (each worker "
+                           "asserts it while building the model).", numbers, fix))  # fmt: skip
+    elif vocab and _padded(vocab) % tp:
+        numbers["padded_vocab"] = _padded(vocab)
+        out.append(blocker("tp-divisibility", "--tensor-parallel-size does not split the padded vocabulary",
+                           f"vocab_size {vocab} padded to {_padded(vocab)} (a multiple of {VOCAB_PADDING}) is not "
+                           f"divisible by --tensor-parallel-size {tp}.", numbers, fix))  # fmt: skip
+    if pp > shape.layers:
+        out.append(blocker("config-validation", "--pipeline-parallel-size is above the layer count",
+                           f"{shape.layers} layers cannot be split into {pp} pipeline stages.",
+                           {"pp": pp, "layers": shape.layers},
+                           [Fix(f"Use --pipeline-parallel-size {shape.layers} or less", "each stage needs a layer")]))  # fmt: skip
+    return out
+
+
+def tp_devices(ctx: Context) -> list[Finding]:
+    """TP x PP against the visible GPUs; on the CPU backend, against the NUMA nodes it binds to."""
+    world = ctx.args.tp * ctx.args.pp
+    if ctx.backend == "cpu":
+        return _numa(ctx, world)
+    gpus = ctx.gpus()
+    if world <= len(gpus):
+        return []
+    seen = ctx.args.env.get("CUDA_VISIBLE_DEVICES")
+    where = f" (CUDA_VISIBLE_DEVICES={seen})" if seen is not None else ""
+    return [blocker("not-enough-gpus", "More GPUs asked for than are visible",
+                    f"--tensor-parallel-size {ctx.args.tp} x --pipeline-parallel-size {ctx.args.pp} needs {world} GPUs; "
+                    f"{len(gpus)} visible{where}.", {"needed": world, "visible": len(gpus)},
+                    [Fix(f"Use --tensor-parallel-size {len(gpus)} or less", "one rank per visible GPU",
+                         "--tensor-parallel-size", str(len(gpus)))])]  # fmt: skip
+
+
+def _numa(ctx: Context, world: int) -> list[Finding]:
+    if world == 1:
+        return []
+    bind = ctx.args.env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    if bind != "auto":
+        return []
+    nodes = len(list(NUMA_NODES.glob("node[0-9]*"))) if NUMA_NODES.is_dir() else None
+    if nodes is None:
+        raise CannotRun(f"{NUMA_NODES} is not readable: the NUMA node count is unknown")
+    if nodes >= world:
+        return []
+    return [blocker("cpu-omp-numa-binding", "The CPU backend binds one NUMA node per rank",
+                    f"--tensor-parallel-size {ctx.args.tp} with VLLM_CPU_OMP_THREADS_BIND=auto needs {world} NUMA "
+                    f"nodes; this machine has {nodes}.", {"ranks": world, "numa_nodes": nodes},
+                    [Fix("Set VLLM_CPU_OMP_THREADS_BIND=nobind (or list the cores per rank)",
+                         "auto-binding gives each rank its own NUMA node")])]  # fmt: skip
+
+
+def tp_needed(ctx: Context) -> list[Finding]:
+    """A TP > 1 whose weights would fit one card: the split costs all-reduces (info)."""
+    if ctx.args.tp == 1 or ctx.backend != "cuda":
+        return []
+    shape, card = ctx.shape(), min(d.total_mib for d in ctx.gpus()) * 2**20
+    if not shape.params:
+        raise CannotRun("the parameter count is unknown")
+    weights = shape.params * cap.weight_bytes_per_param(shape.dtype, shape.quant_bits)[0]
+    util = ctx.args.number("gpu_memory_utilization", 0.9) or 0.9
+    if weights >= card * util / 2:
+        return []
+    return [info("kv-capacity", "The weights would fit on one GPU",
+                 f"{fmt_size(weights, 'GiB')} of weights on a {fmt_size(card, 'GiB')} card: TP {ctx.args.tp} buys KV "
+                 "cache room at the cost of all-reduces; replicas (one per GPU) may serve more.",
+                 {"weights_gib": round(weights / GIB, 2), "gpu_gib": round(card / GIB, 2)})]  # fmt: skip

@@ -1,0 +1,73 @@
+"""The fit on GPUs (the plan's budget over the NVML fake), the context limit from config.json, and
+TP against the model's shape and the visible GPUs."""
+
+from __future__ import annotations
+
+import pytest
+from preflight_fakes import h100s
+
+from conftest import FIXTURES
+from vllm_doctor.preflight import fit, parallel
+from vllm_doctor.preflight.args import parse
+from vllm_doctor.preflight.context import Context
+from vllm_doctor.preflight.finding import CannotRun
+
+
+def ctx(model, *argv, gpus=1, env=None, backend=None):
+    path = str(FIXTURES / "configs" / model)
+    return Context(parse([path, *argv], env=env or {}), nvml=h100s(gpus), offline=True, backend=backend)
+
+
+def test_llama_3_8b_fits_an_h100():
+    (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192"))
+    assert (found.severity, found.category) == ("info", "kv-capacity")
+    n = found.numbers
+    assert n["kv_bytes_per_token"] == 131072 and n["gpu_memory_utilization"] == 0.9
+    expected = n["gpu_total_gib"] * 0.9 - n["weights_gib_per_gpu"]
+    assert abs(n["kv_cache_gib"] - expected) < 0.02
+
+
+def test_too_little_utilization_is_cache_oom_with_the_length_that_fits():
+    (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192", "--gpu-memory-utilization", "0.2"))
+    assert (found.severity, found.category) == ("blocker", "cache-oom")
+    longest = found.numbers["fit_max_model_len"]
+    assert 0 < longest < 8192 and longest % 16 == 0  # whole 16-token blocks, one held back
+    fixes = {f.flag: f.value for f in found.fixes}
+    assert fixes["--max-model-len"] == str(longest) and 0.2 < float(fixes["--gpu-memory-utilization"]) < 0.3
+    assert fixes["--kv-cache-dtype"] == "fp8"
+
+
+def test_weights_that_do_not_fit_are_weights_oom():
+    (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192", "--gpu-memory-utilization", "0.15"))
+    assert (found.severity, found.category) == ("blocker", "weights-oom")
+
+
+def test_a_thin_margin_is_a_low_confidence_warning():
+    (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192", "--gpu-memory-utilization", "0.24"))
+    assert (found.severity, found.confidence) == ("warning", "low")
+    assert found.numbers["kv_cache_gib"] - found.numbers["needed_gib"] < fit.OVERHEAD_SPAN / 2**30
+
+
+def test_without_gpu_or_cpu_backend_fit_cannot_run():
+    c = Context(parse([str(FIXTURES / "configs" / "llama-3-8b")], env={}), no_gpu=True, offline=True)
+    with pytest.raises(CannotRun, match="no GPU to fit on"):
+        fit.fit(c)
+
+
+def test_context_limit_and_the_long_context_switch():
+    (found,) = fit.context_limit(ctx("llama-3.1-8b", "--max-model-len", "200000"))
+    assert found.severity == "blocker" and found.numbers["derived_max_model_len"] == 131072
+    env = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+    (allowed,) = fit.context_limit(ctx("llama-3.1-8b", "--max-model-len", "200000", env=env))
+    assert allowed.severity == "warning"
+    assert fit.context_limit(ctx("llama-3.1-8b", "--max-model-len", "131072")) == []
+
+
+def test_tp_against_heads_and_gpus():
+    (heads,) = parallel.tp_shape(ctx("llama-3-8b", "-tp", "3", gpus=4))
+    assert heads.category == "tp-divisibility" and heads.priority == 80 and "32 attention heads" in heads.summary
+    assert parallel.tp_shape(ctx("llama-3-8b", "-tp", "16")) == []  # 8 KV heads replicated, 128,256 / 16
+    (gpus,) = parallel.tp_devices(ctx("llama-3-8b", "-tp", "4", gpus=2))
+    assert gpus.category == "not-enough-gpus" and gpus.numbers == {"needed": 4, "visible": 2}
+    (one_card,) = parallel.tp_needed(ctx("llama-3-8b", "-tp", "2", gpus=2))
+    assert one_card.severity == "info"

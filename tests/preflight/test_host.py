@@ -1,0 +1,89 @@
+"""The host checks on this machine, for real: /dev/shm, the open-files limit, a disk, a bound port,
+the RAM in /proc/meminfo. Only the GPUs are faked (NVML), to ask for TP 2."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import socket
+
+from preflight_fakes import h100s
+
+from vllm_doctor.preflight import host, procfs
+from vllm_doctor.preflight.args import parse
+from vllm_doctor.preflight.context import Context
+
+GIB = 2**30
+
+
+def ctx(*argv, env=None, nvml=None, backend=None):
+    return Context(parse(["/no/model", *argv], env=env or {}), nvml=nvml or h100s(2), backend=backend)
+
+
+def test_shm_is_this_machines():
+    st = os.statvfs("/dev/shm")
+    size = st.f_blocks * st.f_frsize
+    (one,) = host.shm(ctx())
+    assert one.severity == "info" and one.numbers["shm_total_mib"] == size // 2**20
+    found = host.shm(ctx("--tensor-parallel-size", "2"))
+    if size <= host.CONTAINER_SHM:
+        assert found[0].category == "shm" and found[0].severity == "warning" and found[0].numbers["ranks"] == 2
+    else:
+        assert found == []
+
+
+def test_open_files_limit_is_this_processes():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    found = host.open_files(ctx())
+    if hard != resource.RLIM_INFINITY and hard < host.NOFILE_TARGET:
+        assert found[0].numbers == {"soft": soft, "hard": hard} and found[0].severity == "warning"
+    else:
+        assert found == []
+
+
+def test_disk_against_the_checkpoint(tmp_path):
+    free = shutil.disk_usage(tmp_path).free
+    (big,) = host.disk_verdict(tmp_path / "hub" / "not-yet", free + 10 * GIB)  # a parent that exists is used
+    assert big.severity == "blocker" and big.category == "disk-full"
+    assert abs(big.numbers["free_gib"] - free / GIB) < 1
+    assert host.disk_verdict(tmp_path, 1.0) == []
+    (unknown,) = host.disk_verdict(tmp_path, None)
+    assert unknown.severity == "info" and "unknown" in unknown.summary
+
+
+def test_disk_goes_where_hf_home_says(tmp_path):
+    c = Context(parse(["some-org/some-model"], env={"HF_HOME": str(tmp_path)}), offline=True)
+    assert host._download_dir(c) == tmp_path / "hub"
+    c = Context(parse(["some-org/some-model", "--download-dir", str(tmp_path / "d")], env={}), offline=True)
+    assert host._download_dir(c) == tmp_path / "d"
+
+
+def test_a_bound_port_and_who_holds_it():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        (found,) = host.port(ctx("--host", "127.0.0.1", "--port", str(port)))
+        assert found.category == "port-in-use" and found.severity == "blocker"
+        assert f"pid {os.getpid()}" in found.summary  # this test holds it, found through /proc/net/tcp
+        assert found.fixes[0].value == str(port + 1)
+    assert host.port(ctx("--host", "127.0.0.1", "--port", str(port))) == []  # closed: free again
+
+
+def test_swap_space_against_this_machines_ram():
+    total = procfs.meminfo()["MemTotal"]
+    big = f"{0.8 * total / GIB:.1f}"
+    found = host.host_ram(ctx("--swap-space", big))
+    assert [(f.severity, f.category) for f in found] == [("blocker", "config-validation")]
+    mid = f"{0.5 * total / GIB:.1f}"
+    assert [f.severity for f in host.host_ram(ctx("--swap-space", mid))] == ["warning"]
+    assert host.host_ram(ctx("--swap-space", "0")) == []
+
+
+def test_cpu_kv_space_against_this_machines_node_memory():
+    total = procfs.meminfo()["MemTotal"]
+    too_much = str(int(2 * total / GIB) + 1)
+    (found,) = host.host_ram(ctx(env={"VLLM_CPU_KVCACHE_SPACE": too_much}, backend="cpu"))
+    assert found.category == "cpu-kvcache-exceeds-ram" and found.numbers["kv_cache_gib"] == float(too_much)
+    assert host.host_ram(ctx(env={"VLLM_CPU_KVCACHE_SPACE": "0.01"}, backend="cpu")) == []
