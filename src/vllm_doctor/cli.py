@@ -66,6 +66,22 @@ TargetConcurrency = Annotated[
     Optional[int], typer.Option("--target-concurrency", min=1, help="Sequences the server must hold at once.")
 ]
 
+MetricsOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--metrics",
+        help="Diagnose a running server from its /metrics (a URL, or a saved scrape); repeat it for a window "
+        "of scrapes, oldest first (rates and percentiles need two or more).",
+        metavar="URL",
+    ),
+]
+TpotBudget = Annotated[
+    Optional[float], typer.Option("--tpot-budget", min=0.001, help="Inter-token latency p95 allowed, in ms.")
+]
+TtftBudget = Annotated[
+    Optional[float], typer.Option("--ttft-budget", min=0.001, help="Time to first token p95 allowed, in ms.")
+]
+
 
 UNKNOWN_EXIT = 4  # no vLLM output, an empty input, a start that stops with no sign of why
 
@@ -114,12 +130,9 @@ def explain(
     target_len: Annotated[
         Optional[int], typer.Option("--target-len", min=1, help="Tokens per sequence for --target-concurrency.")
     ] = None,
-    metrics: Annotated[
-        Optional[str],
-        typer.Option(
-            "--metrics", help="Diagnose a running server from its /metrics (a URL, or a saved scrape).", metavar="URL"
-        ),
-    ] = None,
+    metrics: MetricsOpt = None,
+    tpot_budget: TpotBudget = None,
+    ttft_budget: TtftBudget = None,
     no_redact: NoRedactOpt = False,
     model: Annotated[
         Optional[str],
@@ -158,17 +171,19 @@ def explain(
     from vllm_doctor import pipeline
     from vllm_doctor.knowledge.checks import Options
 
-    if metrics is not None and paths:
+    if metrics and paths:
         fail("give log files or --metrics URL, not both")
     rules = _load_rules(rules_dirs)
-    if metrics is not None:
+    budgets: dict[str, Any] = {"tpot_budget_ms": tpot_budget, "ttft_budget_ms": ttft_budget}
+    if metrics:
         from vllm_doctor.read.metrics import fetch
 
-        report = pipeline.from_metrics([fetch(metrics)], rules, Options(target_concurrency, target_len))
+        scrapes = [fetch(m) for m in metrics]
+        report = pipeline.from_metrics(scrapes, rules, Options(target_concurrency, target_len, **budgets))
     elif paths:
         options = Options(target_concurrency, target_len, model=model, config=config, offline=offline,
                           lookup_model=True, gpu=not no_gpu, this_host=True if this_host else None,
-                          lifetime=_lifetime(lifetime))  # fmt: skip
+                          lifetime=_lifetime(lifetime), **budgets)  # fmt: skip
         report = pipeline.explain(paths, rules, options)
         report.all_lifetimes = lifetime == "all"
         if options.lifetime and options.lifetime > len(report.lifetimes):

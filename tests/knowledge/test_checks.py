@@ -111,6 +111,14 @@ def _inputs():
     )
 
 
+def _lab_window() -> Facts:
+    """The facts of the lab's saturated scrape series (fixtures/lab/queue-saturation.metrics-*.txt)."""
+    from vllm_doctor.read import metrics
+
+    paths = sorted(LAB.glob("queue-saturation.metrics-*.txt"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    return metrics.to_facts([metrics.parse(p.read_text(), str(p), at=10.0 * i) for i, p in enumerate(paths)])
+
+
 def test_every_check_keeps_to_its_declaration_on_every_fixture(rules, monkeypatch):
     """Every check over every fixture's facts, with each diagnosis match's groups: under STRICT a
     name read or returned that the check does not declare raises."""
@@ -121,6 +129,7 @@ def test_every_check_keeps_to_its_declaration_on_every_fixture(rules, monkeypatc
     monkeypatch.setattr(contract, "STRICT", True)
     engine = Engine(rules)
     seen: dict[str, set[str]] = {name: set() for name in CHECKS}
+    runs: list[tuple[Facts, dict]] = []
     for path in _inputs():
         facts = Facts()
         try:
@@ -128,6 +137,9 @@ def test_every_check_keeps_to_its_declaration_on_every_fixture(rules, monkeypatc
         except logread.ReadError:
             continue
         _derive(facts)
+        runs.append((facts, matches))
+    runs.append((_lab_window(), {}))  # the runtime checks read a scrape series' window
+    for facts, matches in runs:
         for match in [None, *matches.values()]:
             values = {**facts.flat(), **(match.groups if match else {})}
             for name, check in CHECKS.items():
