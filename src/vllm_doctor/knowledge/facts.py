@@ -103,8 +103,12 @@ TRACEBACK_FIELDS = {
     "fatal": str,
 }
 # an HTTP access line (uvicorn's `"POST /v1/completions HTTP/1.1" 500`): its status, counted by class
-ACCESS_FIELDS = {"status": int}
-SERIES_FIELDS: dict[str, dict[str, type]] = {"stats": STATS_FIELDS, "traceback": TRACEBACK_FIELDS, "access": ACCESS_FIELDS}
+ACCESS_FIELDS: dict[str, type] = {"status": int}
+SERIES_FIELDS: dict[str, dict[str, type]] = {
+    "stats": STATS_FIELDS,
+    "traceback": TRACEBACK_FIELDS,
+    "access": ACCESS_FIELDS,
+}
 TRACEBACK_KEPT = 600  # records kept per lifetime (the latest): a startup's tracebacks fit many times over
 
 ARGS = "args"  # a fact rule group holding a whole argument dump, parsed by parse_args()
