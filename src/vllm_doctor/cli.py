@@ -471,3 +471,23 @@ def _one_line_error(e: Exception) -> int:
         f"vllm-doctor: internal error: {type(e).__name__}: {e} (set VLLM_DOCTOR_DEBUG=1 for the traceback)", err=True
     )
     return 3
+
+
+class AlertFormat(str, Enum):
+    rules = "rules"
+    k8s = "k8s"
+
+
+@app.command()
+def alerts(
+    format: Annotated[AlertFormat, typer.Option("--format", "-f", help="A rules file, or a PrometheusRule.")] = (
+        AlertFormat.rules
+    ),
+    tpot_budget: Annotated[float, typer.Option("--tpot-budget", min=0.001, help="Inter-token p95, ms.")] = 100.0,
+    queue_budget: Annotated[float, typer.Option("--queue-budget", min=0.001, help="Queue time p95, s.")] = 5.0,
+    namespace: Annotated[str, typer.Option("--namespace", help="The PrometheusRule's namespace.")] = "monitoring",
+) -> None:
+    """Print Prometheus alerting rules for what vllm-doctor diagnoses (promtool check rules accepts them)."""
+    from vllm_doctor.render.alerts import Thresholds, render
+
+    sys.stdout.write(render(format.value, Thresholds(tpot_budget, queue_budget), namespace))

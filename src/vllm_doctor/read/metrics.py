@@ -298,7 +298,7 @@ def sample(cur: Scrape, prev: Scrape | None = None) -> dict[str, Any]:
             out["preemptions"] = int(cur.preemptions_total)
         else:
             out["preemptions"] = int(cur.preemptions_total - before)
-    if prev is not None and cur.at > prev.at:
+    if prev is not None and cur.at - prev.at >= 1.0:  # saved files read in a row carry no times: no rates
         dt = cur.at - prev.at
         for key, attr in (("prompt_tps", "prompt_tokens_total"), ("gen_tps", "generation_tokens_total")):
             a, b = getattr(prev, attr), getattr(cur, attr)
