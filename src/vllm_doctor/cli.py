@@ -10,6 +10,17 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperGroup
 
+from vllm_doctor.cliopts import (
+    EndOpt,
+    MetricsOpt,
+    PrometheusOpt,
+    SelectorOpt,
+    SinceOpt,
+    StartOpt,
+    TpotBudget,
+    TtftBudget,
+)
+
 
 class _Group(TyperGroup):
     """Bad input (a DoctorError from any stage) is one line on stderr and exit status 2."""
@@ -62,24 +73,9 @@ NoRedactOpt = Annotated[
     bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in markdown/json output.")
 ]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never touch the network (the HF cache only).")]
+
 TargetConcurrency = Annotated[
     Optional[int], typer.Option("--target-concurrency", min=1, help="Sequences the server must hold at once.")
-]
-
-MetricsOpt = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--metrics",
-        help="Diagnose a running server from its /metrics (a URL, or a saved scrape); repeat it for a window "
-        "of scrapes, oldest first (rates and percentiles need two or more).",
-        metavar="URL",
-    ),
-]
-TpotBudget = Annotated[
-    Optional[float], typer.Option("--tpot-budget", min=0.001, help="Inter-token latency p95 allowed, in ms.")
-]
-TtftBudget = Annotated[
-    Optional[float], typer.Option("--ttft-budget", min=0.001, help="Time to first token p95 allowed, in ms.")
 ]
 
 
@@ -131,6 +127,11 @@ def explain(
         Optional[int], typer.Option("--target-len", min=1, help="Tokens per sequence for --target-concurrency.")
     ] = None,
     metrics: MetricsOpt = None,
+    prometheus: PrometheusOpt = None,
+    since: SinceOpt = None,
+    start: StartOpt = None,
+    end: EndOpt = None,
+    selector: SelectorOpt = None,
     tpot_budget: TpotBudget = None,
     ttft_budget: TtftBudget = None,
     no_redact: NoRedactOpt = False,
@@ -171,15 +172,15 @@ def explain(
     from vllm_doctor import pipeline
     from vllm_doctor.knowledge.checks import Options
 
-    if metrics and paths:
-        fail("give log files or --metrics URL, not both")
+    if (metrics or prometheus) and paths or metrics and prometheus:
+        fail("give log files, --metrics URL or --prometheus URL, one of them")
     rules = _load_rules(rules_dirs)
     budgets: dict[str, Any] = {"tpot_budget_ms": tpot_budget, "ttft_budget_ms": ttft_budget}
-    if metrics:
-        from vllm_doctor.read.metrics import fetch
+    if metrics or prometheus:
+        server = Options(target_concurrency, target_len, **budgets)
+        from vllm_doctor.fleet import server_report
 
-        scrapes = [fetch(m) for m in metrics]
-        report = pipeline.from_metrics(scrapes, rules, Options(target_concurrency, target_len, **budgets))
+        report = server_report(metrics, prometheus, (since, start, end, selector), rules, server)
     elif paths:
         options = Options(target_concurrency, target_len, model=model, config=config, offline=offline,
                           lookup_model=True, gpu=not no_gpu, this_host=True if this_host else None,
@@ -189,7 +190,7 @@ def explain(
         if options.lifetime and options.lifetime > len(report.lifetimes):
             fail(f"--lifetime {lifetime}: the input holds {len(report.lifetimes)} start(s)")
     else:
-        fail("give a log file (- for stdin) or --metrics URL")
+        fail("give a log file (- for stdin), --metrics URL or --prometheus URL")
     _emit(report, format, output, redact=not no_redact)
     raise typer.Exit(_exit_code(report, fail_on))
 

@@ -115,8 +115,14 @@ def _lab_window() -> Facts:
     """The facts of the lab's saturated scrape series (fixtures/lab/queue-saturation.metrics-*.txt)."""
     from vllm_doctor.read import metrics
 
+    from vllm_doctor.fleet import replica_numbers
+
     paths = sorted(LAB.glob("queue-saturation.metrics-*.txt"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
-    return metrics.to_facts([metrics.parse(p.read_text(), str(p), at=10.0 * i) for i, p in enumerate(paths)])
+    busy = [metrics.parse(p.read_text(), str(p), at=10.0 * i) for i, p in enumerate(paths)]
+    idle = [metrics.parse((LAB / "healthy.metrics-1.txt").read_text(), "idle", at=10.0 * i) for i in range(2)]
+    facts = metrics.to_facts(busy)
+    facts.window["fleet"] = [replica_numbers("busy", busy), replica_numbers("idle", idle)]
+    return facts
 
 
 def test_every_check_keeps_to_its_declaration_on_every_fixture(rules, monkeypatch):

@@ -79,9 +79,34 @@ def report(case: dict):
     return from_metrics(series(case), options=options)
 
 
+def fleet_report(idle_pages: list[str]):
+    """Two replicas without Prometheus (test_prom.py has the real one): the saturated series, and
+    an idle or a queueing second one; the report of the first with both replicas' numbers."""
+    from vllm_doctor.fleet import replica_numbers
+
+    busy = series({"series": "queue-saturation", "scrapes": [0, 11]})
+    other = [metrics.parse((LAB / p).read_text(), p, at=INTERVAL * i) for i, p in enumerate(idle_pages)]
+    fleet = [replica_numbers("busy:8000", busy), replica_numbers("other:8000", other)]
+    return from_metrics(busy, fleet=fleet)
+
+
+IDLE = ["healthy.metrics-1.txt", "healthy.metrics-1.txt"]
+ALSO_BUSY = [f"queue-saturation-max-num-seqs.metrics-{i}.txt" for i in range(1, 4)]
+
+
 def fired_rules() -> set[str]:
     """Every rule some scrape case reports (test_fixtures counts them as triggered)."""
-    return {d.rule for case in CASES for d in report(case).diagnoses}
+    return {d.rule for case in CASES for d in report(case).diagnoses} | {d.rule for d in fleet_report(IDLE).diagnoses}
+
+
+def test_one_replica_queueing_while_another_idles_is_imbalance():
+    d = next(d for d in fleet_report(IDLE).diagnoses if d.rule == "replica-imbalance")
+    assert d.numbers["queued_replica"] == "busy:8000" and d.numbers["idle_replicas"] == "other:8000"
+    assert d.numbers["queued_waiting_max"] == 13 and d.numbers["idle_running_mean"] == 0
+
+
+def test_every_replica_queueing_is_no_imbalance():
+    assert "replica-imbalance" not in {d.rule for d in fleet_report(ALSO_BUSY).diagnoses}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -23,6 +23,7 @@ from vllm_doctor.knowledge.runtime import (
     preemption_rate,
     prefill_stall,
     prefix_reuse,
+    replica_balance,
     request_errors,
     ttft_split,
 )
@@ -420,5 +421,6 @@ CHECKS: dict[str, Check] = {
         prefix_reuse,
         preemption_rate,
         request_errors,
+        replica_balance,
     )
 }

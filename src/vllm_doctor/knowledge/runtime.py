@@ -221,3 +221,36 @@ def request_errors(inp: CheckInput) -> CheckResult:
     elif out.get("http_4xx"):
         out["errors_verdict"] = "client-errors"
     return CheckResult(out)
+
+
+@check(
+    reads=set(),  # every replica's numbers (facts.window["fleet"], fleet.py)
+    returns={"replica_imbalance", "replicas", "queued_replica", "queued_waiting_max", "queued_running_mean",
+             "idle_replicas", "idle_running_mean"},
+)  # fmt: skip
+def replica_balance(inp: CheckInput) -> CheckResult:
+    """One replica queues (requests waiting on average) while another had nothing waiting all window
+    and ran fewer: the load is not spread by how busy each replica is."""
+    fleet = inp.facts.window.get("fleet") or []
+    if len(fleet) < 2:
+        return CheckResult({})
+    queued = [f for f in fleet if (f.get("waiting_mean") or 0) >= 1]
+    out: dict[str, Any] = {"replicas": len(fleet), "replica_imbalance": False}
+    if not queued:
+        return CheckResult(out)
+    worst = max(queued, key=lambda f: f["waiting_mean"])
+    idle = [
+        f
+        for f in fleet
+        if f["waiting_max"] == 0 and (f.get("running_mean") or 0) < (worst.get("running_mean") or 0) + 1e-9
+    ]
+    if idle:
+        out.update(
+            replica_imbalance=True,
+            queued_replica=worst["replica"],
+            queued_waiting_max=worst["waiting_max"],
+            queued_running_mean=worst["running_mean"],
+            idle_replicas=", ".join(f["replica"] for f in idle[:4]),
+            idle_running_mean=max(f.get("running_mean") or 0 for f in idle),
+        )
+    return CheckResult(out)
