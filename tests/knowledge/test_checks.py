@@ -113,9 +113,8 @@ def _inputs():
 
 def _lab_window() -> Facts:
     """The facts of the lab's saturated scrape series (fixtures/lab/queue-saturation.metrics-*.txt)."""
-    from vllm_doctor.read import metrics
-
     from vllm_doctor.fleet import replica_numbers
+    from vllm_doctor.read import metrics
 
     paths = sorted(LAB.glob("queue-saturation.metrics-*.txt"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
     busy = [metrics.parse(p.read_text(), str(p), at=10.0 * i) for i, p in enumerate(paths)]
