@@ -111,6 +111,17 @@ def _inputs():
     )
 
 
+def _shared_gpu():
+    """This machine's snapshot as NVML and /proc would give it with two vLLM servers on GPU 0."""
+    from vllm_doctor.capacity.gpu import GpuDevice, GpuProcess, GpuSnapshot
+
+    procs = [GpuProcess(11, "python3", 30000, 11, "a", 0.6), GpuProcess(12, "python3", 30000, 12, "b", 0.9)]
+    return GpuSnapshot(True, None, [GpuDevice(0, "NVIDIA A100-SXM4-80GB", 81920, 60000, 21920, procs)])
+
+
+SHARED = _shared_gpu()
+
+
 def _lab_window() -> Facts:
     """The facts of the lab's saturated scrape series (fixtures/lab/queue-saturation.metrics-*.txt)."""
     from vllm_doctor.fleet import replica_numbers
@@ -149,7 +160,9 @@ def test_every_check_keeps_to_its_declaration_on_every_fixture(rules, monkeypatc
             values = {**facts.flat(), **(match.groups if match else {})}
             for name, check in CHECKS.items():
                 try:
-                    result = check(CheckInput(dict(values), facts, match, Options(target_concurrency=8)))
+                    result = check(
+                        CheckInput(dict(values), facts, match, Options(target_concurrency=8, gpu_snapshot=SHARED))
+                    )
                 except (ArithmeticError, ValueError, TypeError) as e:
                     if isinstance(e, contract.CheckContractError):
                         raise

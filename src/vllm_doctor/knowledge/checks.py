@@ -27,6 +27,7 @@ from vllm_doctor.knowledge.runtime import (
     request_errors,
     ttft_split,
 )
+from vllm_doctor.knowledge.sizing import gpu_sharing, tp_unneeded
 from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
 from vllm_doctor.knowledge.traffic import prompt_budget, queue_kind, request_limit
 from vllm_doctor.versions import version_tuple
@@ -422,5 +423,7 @@ CHECKS: dict[str, Check] = {
         preemption_rate,
         request_errors,
         replica_balance,
+        tp_unneeded,
+        gpu_sharing,
     )
 }
