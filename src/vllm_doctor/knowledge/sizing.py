@@ -56,14 +56,14 @@ def gpu_sharing(inp: CheckInput) -> CheckResult:
                 worst = (total, device.index, sorted(servers.values()))
     if worst is None:
         return CheckResult({})
-    total, index, servers = worst
-    named = ", ".join(f"pid {pid}{f' ({model})' if model else ''} {util:g}" for pid, model, util in servers)
+    total, index, shares = worst
+    named = ", ".join(f"pid {pid}{f' ({model})' if model else ''} {util:g}" for pid, model, util in shares)
     return CheckResult(
         {
             "gpu_oversubscribed": total >= 1.0,
             "shared_gpu": index,
             "shared_gpu_servers": named,
             "utilization_sum": total,
-            "servers_on_gpu": len(servers),
+            "servers_on_gpu": len(shares),
         }
     )
