@@ -73,7 +73,6 @@ NoRedactOpt = Annotated[
     bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in markdown/json output.")
 ]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never touch the network (the HF cache only).")]
-
 TargetConcurrency = Annotated[
     Optional[int], typer.Option("--target-concurrency", min=1, help="Sequences the server must hold at once.")
 ]
