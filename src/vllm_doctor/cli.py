@@ -10,6 +10,17 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperGroup
 
+from vllm_doctor.cliopts import (
+    EndOpt,
+    MetricsOpt,
+    PrometheusOpt,
+    SelectorOpt,
+    SinceOpt,
+    StartOpt,
+    TpotBudget,
+    TtftBudget,
+)
+
 
 class _Group(TyperGroup):
     """Bad input (a DoctorError from any stage) is one line on stderr and exit status 2."""
@@ -133,12 +144,14 @@ def explain(
     target_len: Annotated[
         Optional[int], typer.Option("--target-len", min=1, help="Tokens per sequence for --target-concurrency.")
     ] = None,
-    metrics: Annotated[
-        Optional[str],
-        typer.Option(
-            "--metrics", help="Diagnose a running server from its /metrics (a URL, or a saved scrape).", metavar="URL"
-        ),
-    ] = None,
+    metrics: MetricsOpt = None,
+    prometheus: PrometheusOpt = None,
+    since: SinceOpt = None,
+    start: StartOpt = None,
+    end: EndOpt = None,
+    selector: SelectorOpt = None,
+    tpot_budget: TpotBudget = None,
+    ttft_budget: TtftBudget = None,
     no_redact: NoRedactOpt = False,
     model: Annotated[
         Optional[str],
@@ -180,23 +193,25 @@ def explain(
     from vllm_doctor import pipeline
     from vllm_doctor.knowledge.checks import Options
 
-    if metrics is not None and paths:
-        fail("give log files or --metrics URL, not both")
+    if (metrics or prometheus) and paths or metrics and prometheus:
+        fail("give log files, --metrics URL or --prometheus URL, one of them")
     rules = _load_rules(rules_dirs)
-    if metrics is not None:
-        from vllm_doctor.read.metrics import fetch
+    budgets: dict[str, Any] = {"tpot_budget_ms": tpot_budget, "ttft_budget_ms": ttft_budget}
+    if metrics or prometheus:
+        server = Options(target_concurrency, target_len, **budgets)
+        from vllm_doctor.fleet import server_report
 
-        report = pipeline.from_metrics([fetch(metrics)], rules, Options(target_concurrency, target_len))
+        report = server_report(metrics, prometheus, (since, start, end, selector), rules, server)
     elif paths:
         options = Options(target_concurrency, target_len, model=model, config=config, offline=offline,
                           lookup_model=True, gpu=not no_gpu, this_host=True if this_host else None,
-                          lifetime=_lifetime(lifetime))  # fmt: skip
+                          lifetime=_lifetime(lifetime), **budgets)  # fmt: skip
         report = pipeline.explain(paths, rules, options)
         report.all_lifetimes = lifetime == "all"
         if options.lifetime and options.lifetime > len(report.lifetimes):
             fail(f"--lifetime {lifetime}: the input holds {len(report.lifetimes)} start(s)")
     else:
-        fail("give a log file (- for stdin) or --metrics URL")
+        fail("give a log file (- for stdin), --metrics URL or --prometheus URL")
     _emit(report, format, output, redact=not no_redact, verbosity=_verbosity(quiet, verbose), flavor=flavor)
     raise typer.Exit(_exit_code(report, fail_on))
 
@@ -521,3 +536,23 @@ def _one_line_error(e: Exception) -> int:
         f"vllm-doctor: internal error: {type(e).__name__}: {e} (set VLLM_DOCTOR_DEBUG=1 for the traceback)", err=True
     )
     return 3
+
+
+class AlertFormat(str, Enum):
+    rules = "rules"
+    k8s = "k8s"
+
+
+@app.command()
+def alerts(
+    format: Annotated[AlertFormat, typer.Option("--format", "-f", help="A rules file, or a PrometheusRule.")] = (
+        AlertFormat.rules
+    ),
+    tpot_budget: Annotated[float, typer.Option("--tpot-budget", min=0.001, help="Inter-token p95, ms.")] = 100.0,
+    queue_budget: Annotated[float, typer.Option("--queue-budget", min=0.001, help="Queue time p95, s.")] = 5.0,
+    namespace: Annotated[str, typer.Option("--namespace", help="The PrometheusRule's namespace.")] = "monitoring",
+) -> None:
+    """Print Prometheus alerting rules for what vllm-doctor diagnoses (promtool check rules accepts them)."""
+    from vllm_doctor.render.alerts import Thresholds, render
+
+    sys.stdout.write(render(format.value, Thresholds(tpot_budget, queue_budget), namespace))

@@ -75,9 +75,12 @@ def _life(rules: list[Rule], life: Lifetime, options: Options, memo: dict, commo
     )
 
 
-def from_metrics(scrapes: list[Scrape], rules: list[Rule] | None = None, options: Options | None = None) -> Report:
+def from_metrics(
+    scrapes: list[Scrape], rules: list[Rule] | None = None, options: Options | None = None, fleet: list | None = None
+) -> Report:
     """The same report for one /metrics scrape or a series: the scrapes fill the stats series that
-    a log's stats lines would, and the same rules decide."""
+    a log's stats lines would, and the same rules decide. `fleet`: every replica's numbers, when
+    this series is one replica of several (fleet.py)."""
     from vllm_doctor.read import metrics
 
     if not scrapes:
@@ -86,9 +89,12 @@ def from_metrics(scrapes: list[Scrape], rules: list[Rule] | None = None, options
 
     # a scrape may come from any host: this machine's GPUs say nothing about that server
     options = replace(options or Options(), gpu_snapshot=skipped("not taken for a /metrics scrape"))
+    facts = metrics.to_facts(scrapes)
+    if fleet:
+        facts.window["fleet"] = fleet
     return build(
         rules if rules is not None else loader.load(),
-        metrics.to_facts(scrapes),
+        facts,
         {},
         options,
         paths=sorted({s.source for s in scrapes}),

@@ -111,6 +111,30 @@ def _inputs():
     )
 
 
+def _shared_gpu():
+    """This machine's snapshot as NVML and /proc would give it with two vLLM servers on GPU 0."""
+    from vllm_doctor.capacity.gpu import GpuDevice, GpuProcess, GpuSnapshot
+
+    procs = [GpuProcess(11, "python3", 30000, 11, "a", 0.6), GpuProcess(12, "python3", 30000, 12, "b", 0.9)]
+    return GpuSnapshot(True, None, [GpuDevice(0, "NVIDIA A100-SXM4-80GB", 81920, 60000, 21920, procs)])
+
+
+SHARED = _shared_gpu()
+
+
+def _lab_window() -> Facts:
+    """The facts of the lab's saturated scrape series (fixtures/lab/queue-saturation.metrics-*.txt)."""
+    from vllm_doctor.fleet import replica_numbers
+    from vllm_doctor.read import metrics
+
+    paths = sorted(LAB.glob("queue-saturation.metrics-*.txt"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    busy = [metrics.parse(p.read_text(), str(p), at=10.0 * i) for i, p in enumerate(paths)]
+    idle = [metrics.parse((LAB / "healthy.metrics-1.txt").read_text(), "idle", at=10.0 * i) for i in range(2)]
+    facts = metrics.to_facts(busy)
+    facts.window["fleet"] = [replica_numbers("busy", busy), replica_numbers("idle", idle)]
+    return facts
+
+
 def test_every_check_keeps_to_its_declaration_on_every_fixture(rules, monkeypatch):
     """Every check over every fixture's facts, with each diagnosis match's groups: under STRICT a
     name read or returned that the check does not declare raises."""
@@ -121,6 +145,7 @@ def test_every_check_keeps_to_its_declaration_on_every_fixture(rules, monkeypatc
     monkeypatch.setattr(contract, "STRICT", True)
     engine = Engine(rules)
     seen: dict[str, set[str]] = {name: set() for name in CHECKS}
+    runs: list[tuple[Facts, dict]] = []
     for path in _inputs():
         facts = Facts()
         try:
@@ -128,11 +153,16 @@ def test_every_check_keeps_to_its_declaration_on_every_fixture(rules, monkeypatc
         except logread.ReadError:
             continue
         _derive(facts)
+        runs.append((facts, matches))
+    runs.append((_lab_window(), {}))  # the runtime checks read a scrape series' window
+    for facts, matches in runs:
         for match in [None, *matches.values()]:
             values = {**facts.flat(), **(match.groups if match else {})}
             for name, check in CHECKS.items():
                 try:
-                    result = check(CheckInput(dict(values), facts, match, Options(target_concurrency=8)))
+                    result = check(
+                        CheckInput(dict(values), facts, match, Options(target_concurrency=8, gpu_snapshot=SHARED))
+                    )
                 except (ArithmeticError, ValueError, TypeError) as e:
                     if isinstance(e, contract.CheckContractError):
                         raise

@@ -22,6 +22,10 @@ class GpuProcess:
     pid: int
     name: str
     used_mib: int | None  # None where NVML cannot say (containers without the PID namespace)
+    # the vLLM server it belongs to (capacity/colocated.py: its pid, model, --gpu-memory-utilization)
+    server_pid: int | None = None
+    server_model: str | None = None
+    server_utilization: float | None = None
 
 
 @dataclass
@@ -48,12 +52,19 @@ class GpuSnapshot:
             "reason": self.reason,
             "driver_version": self.driver_version,
             "cuda_version": self.cuda_version,
-            "devices": [asdict(d) for d in self.devices],
+            "devices": [_device_json(d) for d in self.devices],
         }
 
     @property
     def skipped_line(self) -> str | None:
         return None if self.available else f"GPU checks skipped: {self.reason}"
+
+
+def _device_json(device: GpuDevice) -> dict[str, Any]:
+    """A device as report/1 has it: a process's server fields inform the checks, not the report."""
+    out = asdict(device)
+    out["processes"] = [{"pid": p.pid, "name": p.name, "used_mib": p.used_mib} for p in device.processes]
+    return out
 
 
 class NvmlAdapter(Protocol):
@@ -168,9 +179,7 @@ def snapshot(adapter: NvmlAdapter | None = None) -> GpuSnapshot:
         devices = []
         for i in range(nv.device_count()):
             total, used, free = nv.memory(i)
-            procs = [
-                GpuProcess(pid, nv.process_name(pid), None if b is None else b // MIB) for pid, b in nv.processes(i)
-            ]
+            procs = [_process(nv, pid, b) for pid, b in nv.processes(i)]
             devices.append(GpuDevice(i, nv.device_name(i), total // MIB, used // MIB, free // MIB, procs))
         if not devices:
             return GpuSnapshot(False, "NVML sees no GPU")
@@ -182,6 +191,16 @@ def snapshot(adapter: NvmlAdapter | None = None) -> GpuSnapshot:
             nv.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _process(nv: NvmlAdapter, pid: int, used: int | None) -> GpuProcess:
+    from vllm_doctor.capacity.colocated import server_of
+
+    p = GpuProcess(pid, nv.process_name(pid), None if used is None else used // MIB)
+    server = server_of(pid)
+    if server is not None:
+        p.server_pid, p.server_model, p.server_utilization, _ = server
+    return p
 
 
 def _safe(call) -> str | None:

@@ -18,6 +18,16 @@ from typing import TYPE_CHECKING, Any
 from vllm_doctor.knowledge.contract import Check, CheckInput, CheckResult, Options, check
 from vllm_doctor.knowledge.parallel import quant_tp
 from vllm_doctor.knowledge.phases import oom_phase, shutdown
+from vllm_doctor.knowledge.runtime import (
+    decode_speed,
+    preemption_rate,
+    prefill_stall,
+    prefix_reuse,
+    replica_balance,
+    request_errors,
+    ttft_split,
+)
+from vllm_doctor.knowledge.sizing import gpu_sharing, tp_unneeded
 from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
 from vllm_doctor.knowledge.traffic import prompt_budget, queue_kind, request_limit
 from vllm_doctor.versions import version_tuple
@@ -406,5 +416,14 @@ CHECKS: dict[str, Check] = {
         hub_target,
         quant_tp,
         prompt_budget,
+        decode_speed,
+        prefill_stall,
+        ttft_split,
+        prefix_reuse,
+        preemption_rate,
+        request_errors,
+        replica_balance,
+        tp_unneeded,
+        gpu_sharing,
     )
 }

@@ -31,6 +31,8 @@ class Options:
     # None decides from the log (its hostname, or a pid of it holding this machine's GPU memory)
     this_host: bool | None = None
     lifetime: int | None = None  # the server lifetime the report leads with (1-based); None: the latest
+    tpot_budget_ms: float | None = None  # --tpot-budget: inter-token latency p95 the operator allows
+    ttft_budget_ms: float | None = None  # --ttft-budget: time to first token p95 the operator allows
     # resolved by explain() before the checks run; None when unknown or skipped
     shape: ModelShape | None = None
     gpu_snapshot: GpuSnapshot | None = None

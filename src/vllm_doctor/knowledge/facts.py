@@ -49,6 +49,8 @@ FACTS: dict[str, type] = {
     "quantization": str,
     "enable_lora": bool,
     "enable_prefix_caching": bool,
+    "enable_chunked_prefill": bool,
+    "long_prefill_token_threshold": int,
     "enforce_eager": bool,
     "scheduling_policy": str,
     "trust_remote_code": bool,
@@ -100,7 +102,13 @@ TRACEBACK_FIELDS = {
     "exc_message": str,
     "fatal": str,
 }
-SERIES_FIELDS = {"stats": STATS_FIELDS, "traceback": TRACEBACK_FIELDS}
+# an HTTP access line (uvicorn's `"POST /v1/completions HTTP/1.1" 500`): its status, counted by class
+ACCESS_FIELDS: dict[str, type] = {"status": int}
+SERIES_FIELDS: dict[str, dict[str, type]] = {
+    "stats": STATS_FIELDS,
+    "traceback": TRACEBACK_FIELDS,
+    "access": ACCESS_FIELDS,
+}
 TRACEBACK_KEPT = 600  # records kept per lifetime (the latest): a startup's tracebacks fit many times over
 
 ARGS = "args"  # a fact rule group holding a whole argument dump, parsed by parse_args()
@@ -124,6 +132,8 @@ _ARG_FACTS = {
     "quantization": "quantization",
     "enable_lora": "enable_lora",
     "enable_prefix_caching": "enable_prefix_caching",
+    "enable_chunked_prefill": "enable_chunked_prefill",
+    "long_prefill_token_threshold": "long_prefill_token_threshold",
     "enforce_eager": "enforce_eager",
     "scheduling_policy": "scheduling_policy",
     "trust_remote_code": "trust_remote_code",
@@ -233,6 +243,8 @@ class StatsSeries:
     full_run: int = 0  # current run of consecutive waiting+full samples
     full_run_max: int = 0
     idle_run: int = 0  # current run of consecutive waiting+idle samples (a stall, if it lasts)
+    prefix_traffic_samples: int = 0  # samples with a prefix hit rate while prompts were processed
+    prefix_hit_last_pct: float | None = None  # ... the latest of them (V1's rate is over recent requests)
     evidence: list[tuple[int, int, str]] = field(default_factory=list)  # (line, source, text)
     first_line: int | None = None
     last: tuple[int, int, dict] | None = None  # the latest sample: (line, source, fields), what it did last
@@ -255,6 +267,9 @@ class StatsSeries:
         self.deferred_max = _max(self.deferred_max, sample.get("deferred"))
         if sample.get("preemptions") is not None:
             self.preemptions = (self.preemptions or 0) + sample["preemptions"]
+        if sample.get("prefix_hit_pct") is not None and sample.get("prompt_tps") != 0.0:  # no traffic, no rate
+            self.prefix_traffic_samples += 1
+            self.prefix_hit_last_pct = sample["prefix_hit_pct"]
         if waiting:
             self.waiting_samples += 1
             self.waiting_kv_max_pct = _max(self.waiting_kv_max_pct, kv)
@@ -333,11 +348,17 @@ class Facts:
     stats: StatsSeries = field(default_factory=StatsSeries)
     phases: deque = field(default_factory=lambda: deque(maxlen=256))  # (line, source, phase, process)
     traceback: deque = field(default_factory=lambda: deque(maxlen=TRACEBACK_KEPT))  # TracebackRecord
+    access: dict[str, int] = field(default_factory=dict)  # HTTP status class ("2xx", "5xx") -> access lines
+    window: dict[str, Any] = field(default_factory=dict)  # a scrape series' window (read/window.py)
 
     def add_sample(self, series: str, sample: dict[str, Any], line: Line, text: str) -> None:
         """One match of a `series` rule: a stats sample, or a traceback record."""
         if series == "traceback":
             self.traceback.append(TracebackRecord(line.no, line.source, line.process, line.level, text, sample))
+        elif series == "access":
+            if sample.get("status") is not None:
+                key = f"{sample['status'] // 100}xx"
+                self.access[key] = self.access.get(key, 0) + 1
         else:
             self.stats.add(sample, line.no, line.source, text)
 

@@ -26,10 +26,11 @@ from typing import Any, BinaryIO
 
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.read import histogram
+from vllm_doctor.read.histogram import Histogram
 from vllm_doctor.read.httpget import Deadline, opener
 
 KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-QUEUE_TIME = "vllm:request_queue_time_seconds"
 DEFAULT_TIMEOUT = 10.0  # seconds for a whole scrape
 MAX_BYTES = 64 << 20  # a vLLM exposition is tens of KiB
 MAX_LINE = 1 << 20
@@ -46,53 +47,14 @@ WANTED = frozenset(
         "vllm:num_preemptions_total",
         "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total",
-        QUEUE_TIME + "_bucket",
-        QUEUE_TIME + "_count",
-        QUEUE_TIME + "_sum",
         "vllm:cache_config_info",
+        *histogram.NAMES,
     )
 )
 
 
 class MetricsError(DoctorError):
     """A scrape that cannot be had or read; the message is one line for the user."""
-
-
-@dataclass
-class Histogram:
-    count: float = 0.0
-    sum: float = 0.0
-    buckets: list[tuple[float, float]] = field(default_factory=list)  # (le, cumulative count)
-
-    def quantile_le(self, q: float) -> float | None:
-        """The smallest bucket bound at or under which a q share of the observations fell."""
-        if self.count <= 0:
-            return None
-        want = q * self.count
-        for le, cumulative in sorted(self.buckets):
-            if cumulative >= want:
-                return le
-        return None
-
-    def minus(self, earlier: Histogram | None) -> Histogram:
-        """The observations made since an earlier scrape (the whole thing after a reset)."""
-        if earlier is None or earlier.count > self.count:
-            return self
-        before = dict(earlier.buckets)
-        return Histogram(
-            self.count - earlier.count,
-            self.sum - earlier.sum,
-            [(le, c - before.get(le, 0.0)) for le, c in self.buckets],
-        )
-
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"count": int(self.count)}
-        if self.count > 0:
-            out["mean_s"] = round(self.sum / self.count, 3)
-            for q in (0.5, 0.9, 0.99):
-                le = self.quantile_le(q)
-                out[f"p{int(q * 100)}_le_s"] = None if le is None or le == float("inf") else le
-        return out
 
 
 @dataclass
@@ -112,12 +74,17 @@ class Scrape:
     preemptions_total: float | None = None
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
-    queue_time: Histogram | None = None
+    hists: dict[str, Histogram] = field(default_factory=dict)  # histogram.HISTOGRAMS keys: itl, ttft, queue, ...
+    counters: dict[str, float] = field(default_factory=dict)  # histogram.COUNTERS keys, finished:<reason>
     cache_config: dict[str, str] = field(default_factory=dict)
     model: str | None = None
     engines: set[str] = field(default_factory=set)
     bad_values: dict[str, str] = field(default_factory=dict)  # name -> a value read as missing
     skipped: int = 0  # samples past MAX_SAMPLES, not read
+
+    @property
+    def queue_time(self) -> Histogram | None:
+        return self.hists.get("queue")
 
     @property
     def kv_usage_pct(self) -> float | None:
@@ -145,9 +112,7 @@ class _Parser:
     def __init__(self, scrape: Scrape):
         self.s = scrape
         self.kv: dict[str, float] = {}
-        self.buckets: dict[float, float] = {}
-        self.hist = Histogram()
-        self.have_hist = False
+        self.collect = histogram.Collector()
         self.partial = b""
         self.batch: list[str] = []
         self.wanted = 0
@@ -190,9 +155,7 @@ class _Parser:
             if name in self.kv:
                 s.kv_usage, s.kv_metric = self.kv[name], name
                 break
-        if self.have_hist:
-            self.hist.buckets = sorted(self.buckets.items())
-            s.queue_time = self.hist
+        s.hists, s.counters = self.collect.finish()
         return s
 
     def _parse(self) -> None:
@@ -242,19 +205,8 @@ class _Parser:
             s.prompt_tokens_total = _add(s.prompt_tokens_total, value)
         elif name == "vllm:generation_tokens_total":
             s.generation_tokens_total = _add(s.generation_tokens_total, value)
-        elif name == QUEUE_TIME + "_bucket":
-            try:
-                le = float(labels.get("le", "inf").replace("+Inf", "inf"))
-            except ValueError:
-                return
-            if le in self.buckets or len(self.buckets) < MAX_KEYS:
-                self.buckets[le] = self.buckets.get(le, 0.0) + value
-                self.have_hist = True
-        elif name == QUEUE_TIME + "_count":
-            self.hist.count += value
-            self.have_hist = True
-        elif name == QUEUE_TIME + "_sum":
-            self.hist.sum += value
+        elif name in histogram.NAMES:
+            self.collect.add(name, labels, value)
         elif name == "vllm:cache_config_info" and not s.cache_config:
             s.cache_config = {
                 k: v[:500] for k, v in list(labels.items())[:MAX_KEYS] if k not in ("engine", "model_name")
@@ -346,7 +298,7 @@ def sample(cur: Scrape, prev: Scrape | None = None) -> dict[str, Any]:
             out["preemptions"] = int(cur.preemptions_total)
         else:
             out["preemptions"] = int(cur.preemptions_total - before)
-    if prev is not None and cur.at > prev.at:
+    if prev is not None and cur.at - prev.at >= 1.0:  # saved files read in a row carry no times: no rates
         dt = cur.at - prev.at
         for key, attr in (("prompt_tps", "prompt_tokens_total"), ("gen_tps", "generation_tokens_total")):
             a, b = getattr(prev, attr), getattr(cur, attr)
@@ -403,6 +355,9 @@ def to_facts(scrapes: list[Scrape]) -> Facts:
             facts.stats.add(sample(cur, prev), i, 0, describe(cur, i, prev))
         prev = cur
     _facts_from_config(facts, scrapes[-1])
+    from vllm_doctor.read.window import window
+
+    facts.window = window(scrapes)
     if facts.get("kv_cache.tokens") is not None:
         facts.set("kv_cache.tokens_from", "metrics")
     return facts

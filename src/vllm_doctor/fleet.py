@@ -1,0 +1,75 @@
+"""The fleet report: a Prometheus window read per replica (read/prom.py), each replica diagnosed
+as its own scrape series (pipeline.from_metrics), every replica's numbers beside each so that the
+replica_balance check can tell one replica queueing while others idle. The report leads with the
+replica in the worst state and lists them all in facts.replicas."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from vllm_doctor.data import Report, Rule
+from vllm_doctor.knowledge.contract import Options
+from vllm_doctor.read import prom
+from vllm_doctor.read.metrics import Scrape
+
+_RANK = {"failed": 0, "degraded": 1, "unknown": 2, "healthy": 3}
+
+
+def replica_numbers(name: str, scrapes: list[Scrape]) -> dict[str, Any]:
+    """What the balance check compares: how much each replica queued and ran over the window."""
+    waiting = [s.waiting for s in scrapes if s.waiting is not None]
+    running = [s.running for s in scrapes if s.running is not None]
+    kv = [s.kv_usage_pct for s in scrapes if s.kv_usage_pct is not None]
+    return {
+        "replica": name,
+        "samples": len(scrapes),
+        "waiting_max": int(max(waiting)) if waiting else None,
+        "waiting_mean": round(sum(waiting) / len(waiting), 1) if waiting else None,
+        "running_mean": round(sum(running) / len(running), 1) if running else None,
+        "kv_usage_max_pct": max(kv) if kv else None,
+    }
+
+
+def from_prometheus(
+    url: str,
+    start: float,
+    end: float,
+    selector: str | None = None,
+    rules: list[Rule] | None = None,
+    options: Options | None = None,
+) -> Report:
+    """The window [start, end] of every replica Prometheus at `url` holds (under `selector`)."""
+    from vllm_doctor import pipeline
+
+    series = prom.fetch(url, start, end, selector)
+    fleet = [replica_numbers(name, scrapes) for name, scrapes in series.items()]
+    reports = {name: pipeline.from_metrics(scrapes, rules, options, fleet) for name, scrapes in series.items()}
+    for r, numbers in zip(reports.values(), fleet, strict=True):
+        numbers["status"] = r.status
+        top = next((d for d in r.diagnoses if d.severity != "info"), None)
+        numbers["top"] = top.category if top else None
+    lead = min(reports, key=lambda n: (_RANK.get(reports[n].status, 9), -(_numbers(fleet, n)["waiting_max"] or 0)))
+    report = reports[lead]
+    report.facts["replicas"] = fleet
+    report.facts["prometheus"] = {"url": url, "start": start, "end": end, "selector": selector, "replica": lead}
+    return replace(report, paths=[f"{url} ({lead})"])
+
+
+def _numbers(fleet: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(f for f in fleet if f["replica"] == name)
+
+
+def server_report(metrics: list[str] | None, prometheus: str | None, window: tuple, rules, options) -> Report:
+    """A running server's report: from its /metrics scrapes, or from Prometheus over a window."""
+    if prometheus:
+        from vllm_doctor.fleet import from_prometheus
+        from vllm_doctor.read.prom import window_times
+
+        since, start, end, selector = window
+        begin, stop = window_times(since, start, end)
+        return from_prometheus(prometheus, begin, stop, selector, rules, options)
+    from vllm_doctor import pipeline
+    from vllm_doctor.read.metrics import fetch
+
+    return pipeline.from_metrics([fetch(m) for m in metrics or []], rules, options)
