@@ -6,6 +6,7 @@ from vllm_doctor.data import Report
 from vllm_doctor.matching.expr import fmt
 from vllm_doctor.render.summary import (
     capacity_line,
+    corrected_command,
     describe_input,
     earlier_lives,
     gpu_lines,
@@ -51,6 +52,9 @@ def render(report: Report, redact: bool = True) -> str:
             out += [f"<details><summary>Evidence ({len(lines)} lines)</summary>", "", "```"]
             out += lines
             out += ["```", "", "</details>", ""]
+    command = corrected_command(report, redact=False)  # the whole ticket is masked below
+    if command:
+        out += [f"**{command[0]}**", "", "```sh", command[1], "```", ""]
     if cap:
         out += [f"**Capacity:** {cap}", ""]
     out += _markdown_work(report)

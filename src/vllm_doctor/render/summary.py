@@ -163,3 +163,16 @@ def earlier_lives(report: Report) -> list[tuple[str, list[str]]]:
             lines.append(life.note)
         out.append((title, lines))
     return out
+
+
+def corrected_command(report: Report, redact: bool = True) -> tuple[str, str] | None:
+    """(what it is, the serve line with the top fix applied, secrets masked) when the log has a command."""
+    c = report.corrected
+    if c is None:
+        return None
+    line = c.line
+    if redact:
+        from vllm_doctor.render.redact import redact as mask
+
+        line = mask(line)
+    return f"Corrected command (fix {c.fix} of {c.rule} applied: {c.change})", line

@@ -14,6 +14,7 @@ from vllm_doctor.data import Report
 from vllm_doctor.matching.expr import fmt
 from vllm_doctor.render.summary import (
     capacity_line,
+    corrected_command,
     describe_input,
     earlier_lives,
     gpu_lines,
@@ -79,6 +80,11 @@ def show(report: Report, file: IO[str] | None = None) -> None:
             for f in d.fixes:
                 print_(f"    {f.rank}. [bold]{escape(f.action)}[/]")
                 print_(f"       [dim]{escape(f.why)}[/]")
+    command = corrected_command(report)  # the operator's screen, but a line made to be pasted elsewhere
+    if command:
+        print_()
+        print_(f"[bold]{escape(command[0])}[/]")
+        print_(f"  {escape(command[1])}")
     cap = capacity_line(report)
     if cap:
         print_()
