@@ -71,7 +71,7 @@ def test_non_default_args_dict_becomes_flags():
         ("--no-enable-prefix-caching", None),
         ("--trust-remote-code", None),
         ("--served-model-name", "'a b'"),
-        ("--hf-overrides", "'{\"rope_scaling\": {\"factor\": 4.0}}'"),
+        ("--hf-overrides", '\'{"rope_scaling": {"factor": 4.0}}\''),
     ]
     on = apply(items, FixOut(1, "Enable it", "--enable-prefix-caching", None, "w", "enable"))
     assert ("--no-enable-prefix-caching", None) not in on and on[-1] == ("--enable-prefix-caching", None)
