@@ -82,3 +82,11 @@ def test_namespace_dump_rebuilds_nothing():
     facts = Facts()
     facts.set_args("Namespace(host=None, port=8000, model='m', max_model_len=None)", 1)
     assert arguments(facts) is None
+
+
+def test_the_model_line_names_heads_and_kv_heads_apart(run):
+    from vllm_doctor.knowledge.contract import Options
+
+    log = FIXTURES / "logs" / "cache-oom" / "0.8.3_v1-1m-config-fit-above-max-len.log"
+    text = render(run(log, options=Options(config=str(FIXTURES / "configs" / "qwen2.5-7b" / "config.json"))), "text")
+    assert "28 layers, 28 attention heads, 4 KV heads, head dim 128" in text and "KV heads of" not in text

@@ -75,8 +75,8 @@ def model_line(report: Report) -> str | None:
         return None
     if m.get("layers") is None:
         return f"Model config: {m['note']}" if m.get("note") else None
-    heads = f" of {m['attention_heads']}" if m.get("attention_heads") else ""
-    text = f"Model {m.get('name') or '?'} ({m.get('source')}): {m['layers']} layers, {m['kv_heads']} KV heads{heads}, head dim {m['head_dim']}"
+    heads = f"{m['attention_heads']} attention heads, " if m.get("attention_heads") else ""
+    text = f"Model {m.get('name') or '?'} ({m.get('source')}): {m['layers']} layers, {heads}{m['kv_heads']} KV heads, head dim {m['head_dim']}"
     if m.get("kv_bytes_per_token"):
         text += f", {m['kv_bytes_per_token']:,} B/token"
     if m.get("params"):
