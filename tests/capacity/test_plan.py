@@ -121,7 +121,10 @@ def test_mla_fp8_weights_and_kv_dtype():
     )
     m = data["models"][0]
     assert m["kv_bytes_per_token"] == 70_272  # MLA: the latent is not split over TP
-    assert m["weights_bytes"] == pytest.approx(m["model"]["params"] * 1)  # fp8 checkpoint: 8 bits per weight
+    # fp8 checkpoint: 8 bits per weight, the embeddings and lm_head (2 x 129,280 x 7,168) kept in bf16
+    embed = 2 * 129_280 * 7_168
+    assert m["weights_bytes"] == pytest.approx((m["model"]["params"] - embed) * 1 + embed * 2)
+    assert "estimated from the shape" in m["steps"][0]["work"]
     code, fp8 = plan_json(*SEED, "--kv-cache-dtype", "fp8")
     assert fp8["models"][0]["kv_bytes_per_token"] == 65_536
     assert "--kv-cache-dtype fp8" in fp8["models"][0]["serve_command"]

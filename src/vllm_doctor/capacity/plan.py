@@ -12,7 +12,6 @@ from vllm_doctor.capacity import arithmetic as cap
 from vllm_doctor.capacity import serving
 from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_list, fmt_size
 from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
-from vllm_doctor.capacity.params import weights_bytes_from_dtypes
 from vllm_doctor.capacity.shape import QUANT_DEFAULT_BITS, ConfigError, ModelShape
 from vllm_doctor.errors import DoctorError
 
@@ -203,7 +202,7 @@ def _shapes(req: PlanRequest) -> list[tuple[str, ModelShape]]:
         except ValueError as e:
             raise PlanError(f"--params {e}") from None
         for _, shape in out:
-            shape.params, shape.params_source, shape.params_by_dtype = count, "given", None
+            shape.params, shape.params_source, shape.params_by_dtype, shape.tally = count, "given", None, None
     for name, shape in out:
         if not shape.params:
             raise PlanError(f"{name}: the parameter count is unknown: pass --params (e.g. 7B)")
@@ -234,21 +233,25 @@ def _gpu_memory(req: PlanRequest, snapshot: GpuSnapshot | None) -> tuple[float, 
 
 
 def _weights(req: PlanRequest, shape: ModelShape, dtype: str) -> tuple[float, str]:
-    """(bytes of weights, the work behind it)."""
-    if shape.params_by_dtype and not req.quantization and not req.dtype:
-        parts = " + ".join(f"{fmt_int(n)} {d}" for d, n in sorted(shape.params_by_dtype.items()))
-        return weights_bytes_from_dtypes(shape.params_by_dtype), f"{parts} (safetensors)"
+    """(bytes of weights, the work behind it): the safetensors headers as vLLM loads them, else the
+    parameter count at the bytes its quantisation stores (an estimate, said so)."""
+    from vllm_doctor.capacity import weights
+
+    quant = req.quantization
+    if shape.tally is not None and (not quant or not shape.quant_method or quant.lower().startswith("fp8")):
+        return weights.loaded_bytes(shape.tally, dtype, quant if not shape.quant_method else None)
     bits = None
-    if req.quantization:
-        q = req.quantization.lower()
+    if quant:
+        q = quant.lower()
         bits = shape.quant_bits if shape.quant_bits else QUANT_DEFAULT_BITS.get(q)
         if bits is None:
             raise PlanError(
-                f"--quantization {req.quantization}: bits per weight unknown; "
-                "give a model whose config.json has a quantization_config"
+                f"--quantization {quant}: bits per weight unknown; give a model whose config.json has a quantization_config"
             )
     elif shape.quant_bits:
         bits = shape.quant_bits
+    if shape.params_source != "given" and (quant or shape.quant_method):
+        return weights.estimated_bytes(shape, dtype, quant, bits)
     per_param, how = cap.weight_bytes_per_param(dtype, bits)
     source = "" if shape.params_source == "given" else f" ({shape.params_source})"
     params = shape.params
