@@ -15,8 +15,6 @@ from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
 from vllm_doctor.capacity.shape import QUANT_DEFAULT_BITS, ConfigError, ModelShape
 from vllm_doctor.errors import DoctorError
 
-FIRST_PORT = serving.FIRST_PORT
-
 DEFAULT_TP_LIMIT = 8  # TP sizes listed when the GPU count is unknown
 
 
@@ -118,8 +116,9 @@ def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
     req = replace(req, block_size=req.block_size or (serving.CPU_BLOCK_SIZE if cpu else cap.DEFAULT_BLOCK_SIZE))
     _check_numbers(req)
     shapes = _shapes(req)
+    snap_notes: list[str] = []
     if space and (cpu or (str(req.gpu_memory).lower() == "auto" and not (snapshot and snapshot.available))):
-        gpu_bytes, unit, source, snap_notes = 0.0, "GiB", f"none needed: {space[1]} sets the KV space", list[str]()
+        gpu_bytes, unit, source = 0.0, "GiB", f"none needed: {space[1]} sets the KV space"
     else:
         gpu_bytes, unit, source, snap_notes = _gpu_memory(req, snapshot)
     present = len(snapshot.devices) if snapshot and snapshot.available else 0
@@ -131,7 +130,7 @@ def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
     several = len(shapes) > 1
     models = [
         _model_plan(req, name, shape, gpu_bytes, unit, overhead, tp_limit, req.utilization, space,
-                    FIRST_PORT + i if several else None)
+                    serving.FIRST_PORT + i if several else None)
         for i, (name, shape) in enumerate(shapes)
     ]  # fmt: skip
     plan = Plan(gpu_bytes, unit, source, gpus, models, req.utilization, req.block_size, snapshot=snapshot,
@@ -238,8 +237,9 @@ def _weights(req: PlanRequest, shape: ModelShape, dtype: str) -> tuple[float, st
     from vllm_doctor.capacity import weights
 
     quant = req.quantization
-    if shape.tally is not None and (not quant or not shape.quant_method or quant.lower().startswith("fp8")):
-        return weights.loaded_bytes(shape.tally, dtype, quant if not shape.quant_method else None)
+    # a quantised checkpoint loads as stored; an unquantised one as stored, or quantised online to fp8
+    if shape.tally is not None and (not quant or shape.quant_method or quant.lower().startswith("fp8")):
+        return weights.loaded_bytes(shape.tally, dtype, None if shape.quant_method else quant)
     bits = None
     if quant:
         q = quant.lower()
@@ -438,7 +438,7 @@ def _split(
         return
     plan.split = fractions
     plan.models = [
-        _model_plan(req, mp.name, mp.shape, gpu_bytes, unit, overhead, tp_limit, f, space, FIRST_PORT + i)
+        _model_plan(req, mp.name, mp.shape, gpu_bytes, unit, overhead, tp_limit, f, space, serving.FIRST_PORT + i)
         for i, (mp, f) in enumerate(zip(plan.models, fractions, strict=False))
     ]
     plan.notes.append(
