@@ -54,9 +54,7 @@ class Fix:
     flag: str | None = None
     value: str | None = None
     when: str | None = None
-    direction: str | None = (
-        None  # what it does to `flag` (FIX_DIRECTIONS); knowledge/fixcheck.py holds it to the numbers
-    )
+    direction: str | None = None  # what it does to `flag` (FIX_DIRECTIONS); fixcheck.py holds it to the numbers
     fallbacks: list[tuple[str, str, str | None]] = field(default_factory=list)  # (action, why, value)
 
     def variants(self) -> list[tuple[str, str, str | None]]:

@@ -38,7 +38,7 @@ def _diagnosis(d: Diagnosis, report: Report) -> dict[str, Any]:
                 "why": f.why,
             }
             for f in d.fixes
-        ],  # fmt: skip
+        ],
         "dropped_fixes": [{"action": action, "reason": reason} for action, reason in d.dropped],
     }
 
