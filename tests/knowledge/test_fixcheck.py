@@ -142,3 +142,12 @@ def test_kv_capacity_target_gives_more_cache_not_a_shorter_length(run):
     kv = next(d for d in report.diagnoses if d.rule == "kv-capacity")
     assert kv.numbers["can_hold_target"] is False
     assert [f.flag for f in kv.fixes] == ["--kv-cache-dtype"]
+
+
+def test_an_explicit_kv_space_drops_the_utilization_fixes(run):
+    """The lab's CPU recording sets VLLM_CPU_KVCACHE_SPACE=1 ("Explicitly set (1.0/10.59) GiB for KV
+    cache"): the utilization does not size that cache, so no fix moves it."""
+    top = run(LAB / "cache-oom.log").diagnoses[0]
+    assert top.rule == "kv-cache-too-small-for-max-len"
+    assert "--gpu-memory-utilization" not in [f.flag for f in top.fixes]
+    assert any("set explicitly (kv_cache.explicit_gib)" in why for _a, why in top.dropped)

@@ -63,6 +63,7 @@ FACTS: dict[str, type] = {
     "kv_cache.max_concurrency": float,
     "kv_cache.concurrency_tokens": int,
     "kv_cache.available_gib": float,
+    "kv_cache.explicit_gib": float,  # the KV space set explicitly (VLLM_CPU_KVCACHE_SPACE, --kv-cache-memory-bytes)
     "kv_cache.estimated_max_model_len": int,
     "kv_cache.tokens_from": str,  # "log", or how it was computed from blocks
     "memory.total_gib": float,

@@ -21,7 +21,7 @@ TP_FLAG = "--tensor-parallel-size"
 UTIL_FLAG = "--gpu-memory-utilization"
 LEN_FLAG = "--max-model-len"
 # the KV space set explicitly: vLLM sizes the cache from it, not from the utilization
-KV_SPACE_FACTS = ("kv_cache_memory_bytes", "cpu_kvcache_space")
+KV_SPACE_FACTS = ("kv_cache_memory_bytes", "cpu_kvcache_space", "kv_cache.explicit_gib")
 # the categories of a running server whose queue waits on a full cache
 QUEUE_CATEGORIES = ("queue-saturation",)
 
