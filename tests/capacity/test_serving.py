@@ -42,6 +42,7 @@ def test_when_tp_1_does_not_fit_the_line_uses_the_size_that_does():
     kv = next(s for s in m["steps"] if s["name"] == "2 KV cache memory")
     assert kv["value"] == "0.0 GB" and "short by 69.1 GB" in kv["work"]  # never a negative memory
     assert not any("-" in s["value"] for s in m["steps"])
+    assert m["cache_bytes"] == 0 and m["cache_short_bytes"] == pytest.approx(141.1e9 - 72e9, rel=0.01)
     code, data = plan_json(CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--gpus", "2")
     m = data["models"][0]
     assert m["serve_command"] is None and "no --tensor-parallel-size up to 2 leaves the KV cache room" in m["notes"][-1]

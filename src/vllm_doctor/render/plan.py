@@ -46,7 +46,8 @@ def _model_dict(m: ModelPlan) -> dict[str, Any]:
         "weights_bytes": b.weights_bytes,
         "weights_per_gpu_bytes": b.weights_per_gpu,
         "overhead_bytes": b.overhead_bytes,
-        "cache_bytes": b.cache_bytes,
+        "cache_bytes": max(b.cache_bytes, 0.0),  # never a negative memory: the shortfall is its own key
+        "cache_short_bytes": max(-b.cache_bytes, 0.0),
         "kv_bytes_per_token": b.bytes_per_token,
         "tokens": b.tokens,
         "blocks": b.blocks,
