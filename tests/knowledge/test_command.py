@@ -90,3 +90,16 @@ def test_the_model_line_names_heads_and_kv_heads_apart(run):
     log = FIXTURES / "logs" / "cache-oom" / "0.8.3_v1-1m-config-fit-above-max-len.log"
     text = render(run(log, options=Options(config=str(FIXTURES / "configs" / "qwen2.5-7b" / "config.json"))), "text")
     assert "28 layers, 28 attention heads, 4 KV heads, head dim 128" in text and "KV heads of" not in text
+
+
+def test_short_and_underscored_flags_are_replaced_not_doubled():
+    facts = Facts()
+    facts.set_args("--model m -tp 2 --max_model_len=4096 --enforce-eager", 1)
+    model, items = arguments(facts)
+    assert model == "m" and items == [
+        ("--tensor-parallel-size", "2"),
+        ("--max-model-len", "4096"),
+        ("--enforce-eager", None),
+    ]
+    fixed = apply(items, FixOut(1, "Use 4", "--tensor-parallel-size", "4", "w", "raise"))
+    assert fixed[0] == ("--tensor-parallel-size", "4") and len(fixed) == 3

@@ -18,6 +18,9 @@ from vllm_doctor.knowledge.facts import Facts
 _POSITIONAL = ("model_tag", "model")  # the model: `vllm serve MODEL`, never a flag
 _FLAG_FORMS = ("-",)  # a pasted command's flags
 _DICT_FORMS = ("{",)  # non-default args (and a wrapper's printed config dict)
+# vllm serve's short flags, written out so that a fix replaces them instead of adding a second one
+_SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
+          "-q": "--quantization"}  # fmt: skip
 
 
 def arguments(facts: Facts) -> tuple[str | None, list[tuple[str, str | None]]] | None:
@@ -26,7 +29,7 @@ def arguments(facts: Facts) -> tuple[str | None, list[tuple[str, str | None]]] |
     if dumps:
         parsed = _from_dict(dumps[-1])
         if parsed is not None:
-            return parsed
+            return parsed[0] or facts.get("model"), parsed[1]
     flags = [blob for _line, blob in facts.arg_dumps if blob.lstrip().startswith(_FLAG_FORMS)]
     if not flags:
         return None
@@ -76,6 +79,7 @@ def _from_flags(text: str) -> tuple[str | None, list[tuple[str, str | None]]]:
         if not word.startswith("-") or word in ("\\", "-", "--"):
             continue
         flag, eq, value = word.partition("=")
+        flag = _SHORT.get(flag) or ("--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag)
         if not eq:
             value = ""
             if i < len(words) and not words[i].startswith("-"):
