@@ -88,6 +88,14 @@ OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never touch the net
 TargetConcurrency = Annotated[
     Optional[int], typer.Option("--target-concurrency", min=1, help="Sequences the server must hold at once.")
 ]
+# plan's KV budget: vLLM's own flags, instead of GPU memory x utilization
+BlockSizeOpt = Annotated[Optional[int], typer.Option("--block-size", min=1, help="Tokens per KV block (16; CPU 128).")]
+KvCacheMemoryOpt = Annotated[
+    Optional[str], typer.Option("--kv-cache-memory-bytes", help="The KV space per GPU, as vLLM's flag (or 4GiB).")
+]
+CpuKvSpaceOpt = Annotated[
+    Optional[str], typer.Option("--cpu-kvcache-space", help="VLLM_CPU_KVCACHE_SPACE: the CPU KV space, whole GiB.")
+]
 
 
 UNKNOWN_EXIT = 4  # no vLLM output, an empty input, a start that stops with no sign of why
@@ -475,7 +483,7 @@ def plan(
         Optional[str], typer.Option("--quantization", "-q", help="awq, gptq, fp8, ... (bits per weight).")
     ] = None,
     target_concurrency: TargetConcurrency = None,
-    block_size: Annotated[int, typer.Option("--block-size", min=1, help="Tokens per KV block.")] = 16,
+    block_size: BlockSizeOpt = None,
     prompt_len: Annotated[
         Optional[int], typer.Option("--prompt-len", min=1, help="Show the blocks a prompt of this length takes.")
     ] = None,
@@ -486,6 +494,8 @@ def plan(
         Optional[str],
         typer.Option("--overhead", help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default 0)."),
     ] = None,
+    kv_cache_memory: KvCacheMemoryOpt = None,
+    cpu_kvcache_space: CpuKvSpaceOpt = None,
     offline: OfflineOpt = False,
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Do not ask NVML for the GPUs.")] = False,
     format: FormatOpt = Format.text,
@@ -500,8 +510,9 @@ def plan(
         models=list(models or []), configs=list(config), params=params, layers=layers, heads=heads,
         kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, gpu_memory=gpu_memory, gpus=gpus,
         utilization=utilization, max_model_len=max_model_len, tp=tp, kv_cache_dtype=kv_cache_dtype,
-        quantization=quantization, target_concurrency=target_concurrency, block_size=block_size,
+        quantization=quantization, target_concurrency=target_concurrency, block_size=block_size or 0,
         prompt_len=prompt_len, samples=samples, overhead=overhead, offline=offline,
+        kv_cache_memory=kv_cache_memory, cpu_kvcache_space=cpu_kvcache_space,
     )  # fmt: skip
     gpu = skipped("--no-gpu") if no_gpu else snapshot()
     result = planner.make_plan(request, gpu)

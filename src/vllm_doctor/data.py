@@ -13,6 +13,8 @@ SEVERITIES = ("blocker", "warning", "info")
 MODEL_SHAPE_KEYS = ("name", "layers", "attention_heads", "kv_heads", "head_dim", "kv_bytes_per_token",
                     "max_position_embeddings", "params", "params_source", "source")  # fmt: skip
 CONFIDENCES = ("high", "medium", "low")
+# a fix's `direction`: lower or raise a number, set a value, turn a switch on
+FIX_DIRECTIONS = ("lower", "raise", "set", "enable")
 
 
 @dataclass(slots=True)  # one per candidate line: keep it small
@@ -52,6 +54,7 @@ class Fix:
     flag: str | None = None
     value: str | None = None
     when: str | None = None
+    direction: str | None = None  # what it does to `flag` (FIX_DIRECTIONS); fixcheck.py holds it to the numbers
     fallbacks: list[tuple[str, str, str | None]] = field(default_factory=list)  # (action, why, value)
 
     def variants(self) -> list[tuple[str, str, str | None]]:
@@ -111,6 +114,7 @@ class FixOut:
     flag: str | None
     value: str | None
     why: str
+    direction: str | None = None
 
 
 @dataclass
@@ -126,10 +130,21 @@ class Diagnosis:
     numbers: dict[str, Any]
     fixes: list[FixOut]
     context: list[Evidence] = field(default_factory=list)  # wrapper errors that point at this cause
+    dropped: list[tuple[str, str]] = field(default_factory=list)  # (fix action, why fixcheck refused it)
     priority: int = 50
     first_line: int = 0
     wrapper: bool = False
     fallback: bool = False
+
+
+@dataclass(frozen=True)
+class Corrected:
+    """The serve line with one fix applied (knowledge/command.py), before secrets are masked."""
+
+    line: str  # `vllm serve MODEL --flag value ...`, ready to paste
+    rule: str  # the diagnosis whose fix it applies
+    fix: int  # that fix's rank
+    change: str  # the flag as changed: "--max-model-len 8064"
 
 
 @dataclass
@@ -145,6 +160,7 @@ class Report:
     crash_loop: tuple[str, int, int] | None = None  # (cause, first, last index) of N same failures in a row
     empty: bool = False  # the input held no bytes at all
     all_lifetimes: bool = False  # --lifetime all: the renderers show every earlier start's diagnoses too
+    corrected: Corrected | None = None  # the serve line with the top fix applied; None: the log has no command
 
 
 @dataclass

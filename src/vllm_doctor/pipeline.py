@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.data import MODEL_SHAPE_KEYS, Diagnosis, Life, Match, Report, Rule
 from vllm_doctor.knowledge.checks import DEFAULT_BLOCK_SIZE, CheckInput, Options, concurrency_budget
+from vllm_doctor.knowledge.command import corrected
 from vllm_doctor.knowledge.diagnose import diagnose
 from vllm_doctor.knowledge.facts import Facts
 from vllm_doctor.knowledge.lifetimes import Lifetime, Lifetimes, crash_loop, ending, from_this_host
@@ -143,6 +144,7 @@ def build(
         diagnoses=diagnoses,
         facts=report_facts,
         warnings=warnings,
+        corrected=corrected(facts, diagnoses),
     )
 
 

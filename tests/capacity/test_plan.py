@@ -94,15 +94,25 @@ def test_a_plan_that_does_not_fit_exits_1():
     result = plan(CONFIGS / "llama-3-8b", "--gpu-memory", "80GB", "-tp", "3", "--gpus", "4", "--no-gpu")
     assert result.exit_code == 1 and "does not divide the heads; valid sizes: 1, 2, 4" in result.output
     code, data = plan_json(*SEED, "--max-model-len", "500000")
-    assert code == 1 and "the longest is 442,480" in data["models"][0]["problems"][0]
-    assert "--max-model-len 442480" in data["models"][0]["serve_command"]
+    m = data["models"][0]
+    assert code == 1 and "the longest is 442,480" in m["problems"][0]
+    # TP 1 does not hold the length asked for, TP 2 does: the serve line says so and uses it
+    assert "--max-model-len 500000" in m["serve_command"] and "--tensor-parallel-size 2" in m["serve_command"]
+    assert "--tensor-parallel-size 1 does not fit; 2 does: the serve line uses it" in m["notes"]
 
 
 def test_target_concurrency_gives_the_length():
     code, data = plan_json(*SEED, "--max-model-len", "8192", "--target-concurrency", "100")
     m = data["models"][0]
     assert m["max_model_len_for_target"] == 442_504 // 100 // 16 * 16 == 4416
-    assert "--max-model-len 4416" in m["serve_command"]
+    # the serve line reserves the default overhead of a 7B model on an 80 GB card: 1.5 + 0.5 + 2 GiB
+    tokens = int((80e9 * 0.9 - 14e9 - 4 * 2**30) // 131_072)
+    assert (
+        f"--max-model-len {tokens // 100 // 16 * 16}"
+        in m["serve_command"]
+        == ("vllm serve <model> --max-model-len 4096 --gpu-memory-utilization 0.90 --dtype bfloat16")
+    )
+    assert any("reserves 4.0 GiB per GPU beside the cache: 1.5 GiB activation peak" in n for n in m["notes"])
 
 
 def test_mla_fp8_weights_and_kv_dtype():
@@ -111,7 +121,10 @@ def test_mla_fp8_weights_and_kv_dtype():
     )
     m = data["models"][0]
     assert m["kv_bytes_per_token"] == 70_272  # MLA: the latent is not split over TP
-    assert m["weights_bytes"] == pytest.approx(m["model"]["params"] * 1)  # fp8 checkpoint: 8 bits per weight
+    # fp8 checkpoint: 8 bits per weight, the embeddings and lm_head (2 x 129,280 x 7,168) kept in bf16
+    embed = 2 * 129_280 * 7_168
+    assert m["weights_bytes"] == pytest.approx((m["model"]["params"] - embed) * 1 + embed * 2)
+    assert "estimated from the shape" in m["steps"][0]["work"]
     code, fp8 = plan_json(*SEED, "--kv-cache-dtype", "fp8")
     assert fp8["models"][0]["kv_bytes_per_token"] == 65_536
     assert "--kv-cache-dtype fp8" in fp8["models"][0]["serve_command"]

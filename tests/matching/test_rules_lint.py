@@ -63,6 +63,11 @@ GOOD = SAMPLE_RULE
         (('anchors = ["it happened"]', 'anchors = ["it"]'), "anchors"),
         (('title = "A title"', 'titel = "A title"'), "titel"),
         (('[[fixes]]\naction = "Do the thing"\nwhy = "Because."', ""), "fixes"),
+        (
+            ('action = "Do the thing"', 'action = "Do the thing"\nflag = "--x"\ndirection = "down"'),
+            "fixes[0].direction",
+        ),
+        (('action = "Do the thing"', 'action = "Do the thing"\ndirection = "lower"'), "fixes[0].direction"),  # no flag
     ],
 )
 def test_a_bad_rule_names_the_file_and_the_key(tmp_path, mutation, key):

@@ -8,6 +8,7 @@ Adding a case is adding two files: `<name>.log` (or .log.gz, .json, .txt) and `<
     status = "failed"               # optional
     not_rules = ["engine-dead"]     # optional: rules that must not be reported
     also_rules = ["kv-capacity"]    # optional: rules that must be reported too (e.g. info ones)
+    config = "qwen2.5-7b"           # optional: read with fixtures/configs/<name>/config.json (--config)
     [facts]                         # optional: report facts by dotted path
     "kv_cache.tokens" = 8192
     [numbers]                       # optional: numbers of the top diagnosis
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, LAB
+from vllm_doctor.knowledge.contract import Options
 from vllm_doctor.render.json import to_dict
 
 LOGS = FIXTURES / "logs"
@@ -58,7 +60,8 @@ def dig(obj, dotted: str):
 @pytest.mark.parametrize(("log", "expect"), CASES, ids=[f"{c[0].parent.name}/{c[0].name}" for c in CASES])
 def test_fixture(log: Path, expect: Path, run):
     want = tomllib.loads(expect.read_text())
-    report = to_dict(run(log))
+    config = FIXTURES / "configs" / want["config"] / "config.json" if "config" in want else None
+    report = to_dict(run(log, options=Options(config=str(config)) if config else None))
     first = top(report)
     got_category = first["category"] if first else "healthy"
     assert got_category == want["category"], f"diagnoses: {[(d['rule'], d['severity']) for d in report['diagnoses']]}"

@@ -22,3 +22,11 @@ def test_three_renderings_of_one_plan():
     assert "valid --tensor-parallel-size: 1, 2, 4, 8" in text
     md = render.markdown(plan)
     assert md.startswith("## vllm-doctor plan: fits") and "| 1 weights |" in md
+
+
+def test_the_model_title_names_heads_and_kv_heads_apart():
+    """Not "8 KV heads of 32": attention heads, then KV heads."""
+    from dataclasses import replace
+
+    text = render.text(make_plan(replace(SEED, heads=32)))
+    assert "32 layers, 32 attention heads, 8 KV heads, head dim 128" in text and "KV heads of" not in text

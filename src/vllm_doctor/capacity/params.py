@@ -1,14 +1,18 @@
-"""The parameter count: the safetensors headers (local files, else Hub metadata), else an estimate from the shape."""
+"""The parameter count: the safetensors headers (local files, else the Hub's header metadata), else an
+estimate from the shape. The headers give every tensor's dtype and shape (weights.Tally), from
+which weights.loaded_bytes gives the bytes vLLM holds."""
 
 from __future__ import annotations
 
 import json
-import math
 import struct
 from pathlib import Path
 
 from vllm_doctor.capacity.hub import NET_TIMEOUT_S, Resolved, reachable
 from vllm_doctor.capacity.shape import DTYPE_BYTES, ModelShape
+from vllm_doctor.capacity.weights import Tally
+
+MAX_HEADER_BYTES = 100_000_000  # a header larger than this is no safetensors file we should parse
 
 
 def estimate_params(shape: ModelShape) -> int | None:
@@ -51,43 +55,61 @@ def estimate_params(shape: ModelShape) -> int | None:
     return int(embed + layers * attention + mlp_total + layers * 2 * h + h)
 
 
-def safetensors_params_local(directory: Path | None) -> dict[str, int] | None:
-    """Stored elements per dtype from the headers of the .safetensors files in a folder (the
-    weights themselves are not read: each file starts with an 8-byte length and a JSON header)."""
+def _header(path: Path) -> dict | None:
+    """A safetensors file's JSON header: an 8-byte length, then the header; the weights are not read."""
+    try:
+        with path.open("rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            if size > MAX_HEADER_BYTES:
+                return None
+            header = json.loads(fh.read(size))
+    except (OSError, struct.error, ValueError):
+        return None
+    return header if isinstance(header, dict) else None
+
+
+def _files(directory: Path) -> list[Path]:
+    """The weight files: those model.safetensors.index.json maps the tensors to, else every *.safetensors."""
+    index = directory / "model.safetensors.index.json"
+    try:
+        mapped = json.loads(index.read_text())["weight_map"].values() if index.is_file() else ()
+    except (OSError, ValueError, KeyError, AttributeError):
+        mapped = ()
+    named = sorted({directory / str(f) for f in mapped})
+    return named if named and all(f.is_file() for f in named) else sorted(directory.glob("*.safetensors"))
+
+
+def safetensors_local(directory: Path | None, bits: float | None = None) -> Tally | None:
+    """Every tensor's dtype and shape from the headers of a folder's safetensors files."""
     if directory is None or not directory.is_dir():
         return None
-    files = sorted(directory.glob("*.safetensors"))
+    files = _files(directory)
     if not files:
         return None
-    counts: dict[str, int] = {}
+    tally = Tally()
     for f in files:
-        try:
-            with f.open("rb") as fh:
-                (size,) = struct.unpack("<Q", fh.read(8))
-                if size > 100_000_000:
-                    return None
-                header = json.loads(fh.read(size))
-        except (OSError, struct.error, ValueError):
+        header = _header(f)
+        if header is None:
             return None
         for name, entry in header.items():
-            if name == "__metadata__" or not isinstance(entry, dict):
-                continue
-            dtype = str(entry.get("dtype", "?")).upper()
-            counts[dtype] = counts.get(dtype, 0) + math.prod(entry.get("shape") or [1])
-    return counts or None
+            if name != "__metadata__" and isinstance(entry, dict):
+                tally.add(name, str(entry.get("dtype", "?")), entry.get("shape") or [], bits)
+    return tally if tally.elements else None
 
 
-def safetensors_params_hub(repo_id: str) -> dict[str, int] | None:
-    """Stored elements per dtype as the Hub reports them from the safetensors headers (one API call)."""
+def safetensors_hub(repo_id: str, bits: float | None = None) -> Tally | None:
+    """The same from the Hub: huggingface_hub's get_safetensors_metadata reads only the headers."""
     try:
-        from huggingface_hub import model_info
+        from huggingface_hub import get_safetensors_metadata
 
-        info = model_info(repo_id, expand=["safetensors"], timeout=NET_TIMEOUT_S)
+        meta = get_safetensors_metadata(repo_id, timeout=NET_TIMEOUT_S)
     except Exception:  # noqa: BLE001 - unreachable or not a safetensors repo: estimate instead
         return None
-    st = getattr(info, "safetensors", None)
-    params = getattr(st, "parameters", None)
-    return {str(k).upper(): int(v) for k, v in params.items()} if params else None
+    tally = Tally()
+    for file_meta in (getattr(meta, "files_metadata", None) or {}).values():
+        for name, info in (getattr(file_meta, "tensors", None) or {}).items():
+            tally.add(name, str(info.dtype), list(info.shape), bits)
+    return tally if tally.elements else None
 
 
 def weights_bytes_from_dtypes(by_dtype: dict[str, int]) -> float:
@@ -96,15 +118,16 @@ def weights_bytes_from_dtypes(by_dtype: dict[str, int]) -> float:
 
 def fill_params(shape: ModelShape, resolved: Resolved | None, offline: bool = False) -> None:
     """Set params and params_source: local safetensors, then the Hub (when it answered), else an estimate."""
-    by_dtype = safetensors_params_local(resolved.directory if resolved else None)
+    tally = safetensors_local(resolved.directory if resolved else None, shape.quant_bits)
     source = "safetensors (local files)"
     hub = resolved is not None and resolved.repo_id and not (offline or resolved.offline)
-    if by_dtype is None and hub and resolved is not None and resolved.repo_id and reachable(resolved):
-        by_dtype = safetensors_params_hub(resolved.repo_id)
+    if tally is None and hub and resolved is not None and resolved.repo_id and reachable(resolved):
+        tally = safetensors_hub(resolved.repo_id, shape.quant_bits)
         source = "safetensors metadata (Hugging Face)"
-    if by_dtype:
-        shape.params = sum(by_dtype.values())
-        shape.params_by_dtype = by_dtype
+    if tally:
+        shape.params = tally.params
+        shape.params_by_dtype = tally.by_dtype()
+        shape.tally = tally
         shape.params_source = source
         return
     estimate = estimate_params(shape)

@@ -6,13 +6,12 @@ Build a Plan with make_plan(PlanRequest); render/plan.py renders it (text, markd
 
 from __future__ import annotations
 
-import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vllm_doctor.capacity import arithmetic as cap
+from vllm_doctor.capacity import serving
 from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_list, fmt_size
 from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
-from vllm_doctor.capacity.params import weights_bytes_from_dtypes
 from vllm_doctor.capacity.shape import QUANT_DEFAULT_BITS, ConfigError, ModelShape
 from vllm_doctor.errors import DoctorError
 
@@ -41,11 +40,13 @@ class PlanRequest:
     kv_cache_dtype: str = "auto"
     quantization: str | None = None
     target_concurrency: int | None = None
-    block_size: int = cap.DEFAULT_BLOCK_SIZE
+    block_size: int = 0  # 0: vLLM's default, 16, or 128 on the CPU backend (VLLM_CPU_KVCACHE_SPACE)
     prompt_len: int | None = None
     samples: int = 1
     overhead: str | None = None  # activation peak + non-torch + CUDA graphs, per GPU
     offline: bool = False
+    kv_cache_memory: str | None = None  # --kv-cache-memory-bytes: the KV space per GPU, set explicitly
+    cpu_kvcache_space: str | None = None  # VLLM_CPU_KVCACHE_SPACE (whole GiB): the CPU backend's KV space
 
 
 @dataclass
@@ -62,7 +63,7 @@ class ModelPlan:
     steps: list[Step]
     valid_tp_sizes: list[int]
     target_concurrency: int | None
-    serve_command: str
+    serve_command: str  # "" when no TP size up to the GPUs leaves the cache room
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -107,9 +108,19 @@ class Plan:
 
 def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
     """Raises PlanError (one line) for input it cannot work with."""
+    try:
+        space = serving.kv_space(req.kv_cache_memory, req.cpu_kvcache_space)
+    except ValueError as e:
+        raise PlanError(str(e)) from None
+    cpu = req.cpu_kvcache_space is not None
+    req = replace(req, block_size=req.block_size or (serving.CPU_BLOCK_SIZE if cpu else cap.DEFAULT_BLOCK_SIZE))
     _check_numbers(req)
     shapes = _shapes(req)
-    gpu_bytes, unit, source, snap_notes = _gpu_memory(req, snapshot)
+    snap_notes: list[str] = []
+    if space and (cpu or (str(req.gpu_memory).lower() == "auto" and not (snapshot and snapshot.available))):
+        gpu_bytes, unit, source = 0.0, "GiB", f"none needed: {space[1]} sets the KV space"
+    else:
+        gpu_bytes, unit, source, snap_notes = _gpu_memory(req, snapshot)
     present = len(snapshot.devices) if snapshot and snapshot.available else 0
     gpus = req.gpus or present or req.tp
     tp_limit = req.gpus or present or max(DEFAULT_TP_LIMIT, req.tp)  # "up to the GPUs present", when known
@@ -118,17 +129,19 @@ def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
     overhead = cap.parse_size(req.overhead).bytes if req.overhead else 0.0
     several = len(shapes) > 1
     models = [
-        _model_plan(req, name, shape, gpu_bytes, unit, overhead, tp_limit, req.utilization) for name, shape in shapes
-    ]
+        _model_plan(req, name, shape, gpu_bytes, unit, overhead, tp_limit, req.utilization, space,
+                    serving.FIRST_PORT + i if several else None)
+        for i, (name, shape) in enumerate(shapes)
+    ]  # fmt: skip
     plan = Plan(gpu_bytes, unit, source, gpus, models, req.utilization, req.block_size, snapshot=snapshot,
                 notes=snap_notes)  # fmt: skip
-    if not overhead:
+    if not overhead and not space:
         plan.notes.append(
-            "overheads (activation peak, non-torch memory, CUDA graphs) are not counted: vLLM measures them at "
-            "startup, typically 1-4 GB on a large GPU; pass --overhead 2GB to reserve them"
+            "the steps count no overheads (activation peak, non-torch memory, CUDA graphs: vLLM measures them at "
+            "startup); the serve line reserves an estimated default for them, --overhead 2GB sets them instead"
         )
     if several:
-        _split(plan, req, gpu_bytes, unit, overhead, tp_limit)
+        _split(plan, req, gpu_bytes, unit, overhead, tp_limit, space)
     plan.block_examples = _block_examples(req, models[0] if len(models) == 1 else None)
     return plan
 
@@ -188,7 +201,7 @@ def _shapes(req: PlanRequest) -> list[tuple[str, ModelShape]]:
         except ValueError as e:
             raise PlanError(f"--params {e}") from None
         for _, shape in out:
-            shape.params, shape.params_source, shape.params_by_dtype = count, "given", None
+            shape.params, shape.params_source, shape.params_by_dtype, shape.tally = count, "given", None, None
     for name, shape in out:
         if not shape.params:
             raise PlanError(f"{name}: the parameter count is unknown: pass --params (e.g. 7B)")
@@ -219,21 +232,26 @@ def _gpu_memory(req: PlanRequest, snapshot: GpuSnapshot | None) -> tuple[float, 
 
 
 def _weights(req: PlanRequest, shape: ModelShape, dtype: str) -> tuple[float, str]:
-    """(bytes of weights, the work behind it)."""
-    if shape.params_by_dtype and not req.quantization and not req.dtype:
-        parts = " + ".join(f"{fmt_int(n)} {d}" for d, n in sorted(shape.params_by_dtype.items()))
-        return weights_bytes_from_dtypes(shape.params_by_dtype), f"{parts} (safetensors)"
+    """(bytes of weights, the work behind it): the safetensors headers as vLLM loads them, else the
+    parameter count at the bytes its quantisation stores (an estimate, said so)."""
+    from vllm_doctor.capacity import weights
+
+    quant = req.quantization
+    # a quantised checkpoint loads as stored; an unquantised one as stored, or quantised online to fp8
+    if shape.tally is not None and (not quant or shape.quant_method or quant.lower().startswith("fp8")):
+        return weights.loaded_bytes(shape.tally, dtype, None if shape.quant_method else quant)
     bits = None
-    if req.quantization:
-        q = req.quantization.lower()
+    if quant:
+        q = quant.lower()
         bits = shape.quant_bits if shape.quant_bits else QUANT_DEFAULT_BITS.get(q)
         if bits is None:
             raise PlanError(
-                f"--quantization {req.quantization}: bits per weight unknown; "
-                "give a model whose config.json has a quantization_config"
+                f"--quantization {quant}: bits per weight unknown; give a model whose config.json has a quantization_config"
             )
     elif shape.quant_bits:
         bits = shape.quant_bits
+    if shape.params_source != "given" and (quant or shape.quant_method):
+        return weights.estimated_bytes(shape, dtype, quant, bits)
     per_param, how = cap.weight_bytes_per_param(dtype, bits)
     source = "" if shape.params_source == "given" else f" ({shape.params_source})"
     params = shape.params
@@ -243,7 +261,7 @@ def _weights(req: PlanRequest, shape: ModelShape, dtype: str) -> tuple[float, st
 
 def _model_plan(
     req: PlanRequest, name: str, shape: ModelShape, gpu_bytes: float, unit: str, overhead: float, tp_limit: int,
-    utilization: float,
+    utilization: float, space: tuple[float, str] | None = None, port: int | None = None,
 ) -> ModelPlan:  # fmt: skip
     dtype = (req.dtype or shape.dtype or "bfloat16").lower().removeprefix("torch.")
     if cap.dtype_bytes(dtype) is None:
@@ -254,6 +272,8 @@ def _model_plan(
     weights, weights_work = _weights(req, shape, dtype)
     bpt = cap.kv_bytes_per_token(shape, element_bytes, req.tp)
     budget = Budget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size)
+    if space:
+        budget = serving.FixedBudget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size, *space)
     length = req.max_model_len or shape.derived_max_model_len
     length_from = "--max-model-len" if req.max_model_len else "the model's maximum"
     valid = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, tp_limit)
@@ -283,7 +303,7 @@ def _model_plan(
             "V1 keeps only the window for them, so more sequences fit than the worst case says"
         )
     mp.notes.extend(shape.notes)
-    mp.serve_command = _serve_command(req, mp)
+    mp.serve_command = _serve_command(req, mp, name in req.configs, tp_limit, port)
     return mp
 
 
@@ -294,9 +314,12 @@ def _steps(mp: ModelPlan, weights_work: str, unit: str) -> list[Step]:
         Step("1 weights", weights_work + per_gpu, fmt_size(b.weights_bytes, unit)),
         Step(
             "2 KV cache memory",
-            f"{fmt_size(b.total_bytes, unit)} x {mp.utilization:.2f} - {fmt_size(b.weights_per_gpu, unit)} weights"
-            f" - {fmt_size(b.overhead_bytes, unit)} overheads",
-            fmt_size(b.cache_bytes, unit),
+            b.work(unit)
+            if isinstance(b, serving.FixedBudget)
+            else f"{fmt_size(b.total_bytes, unit)} x {mp.utilization:.2f} - {fmt_size(b.weights_per_gpu, unit)} "
+            f"weights - {fmt_size(b.overhead_bytes, unit)} overheads"
+            + (f": short by {fmt_size(-b.cache_bytes, unit)}" if b.cache_bytes < 0 else ""),
+            fmt_size(max(b.cache_bytes, 0), unit),  # never a negative memory: the work says the shortfall
         ),
         Step(
             "3 KV bytes per token",
@@ -347,30 +370,57 @@ def _steps(mp: ModelPlan, weights_work: str, unit: str) -> list[Step]:
     return steps
 
 
-def _serve_command(req: PlanRequest, mp: ModelPlan) -> str:
+def _serve_command(req: PlanRequest, mp: ModelPlan, from_config: bool, tp_limit: int, port: int | None) -> str:
+    """The line that starts: the model by name, reserving the default overhead when --overhead is not
+    given, at the first TP size from --tensor-parallel-size up whose cache holds the length asked for
+    (or has room at all, for the model's maximum). "" when none up to the GPUs does."""
+    b, shape = mp.budget, mp.shape
+    cpu = req.cpu_kvcache_space is not None  # TP on the CPU backend needs NUMA nodes: keep it, shorten the length
+    need = mp.max_model_len if req.max_model_len and not cpu else None
+    chosen, how = None, ""
+    for tp in [] if cpu else [t for t in mp.valid_tp_sizes if req.tp <= t <= tp_limit]:
+        extra, how = b.overhead_bytes, ""
+        if not req.overhead and not isinstance(b, serving.FixedBudget):
+            extra, how = serving.default_overhead(b.total_bytes, shape.params or 0, tp)
+        bpt = cap.kv_bytes_per_token(shape, mp.element_bytes, tp)
+        trial = replace(b, tp=tp, overhead_bytes=extra, bytes_per_token=bpt)
+        if serving.fits(trial, need):
+            chosen = trial
+            break
+    if cpu and serving.fits(b, None):
+        chosen = b
+    if chosen is None:
+        mp.notes.append(f"no --tensor-parallel-size up to {tp_limit} leaves the KV cache room"
+                        + (f" for {fmt_int(need)} tokens" if need else "") + ": no serve line")  # fmt: skip
+        return ""
+    if chosen.tp != req.tp:
+        mp.notes.append(f"--tensor-parallel-size {req.tp} does not fit; {chosen.tp} does: the serve line uses it")
+    if how:
+        mp.notes.append(
+            f"the serve line reserves {fmt_size(chosen.overhead_bytes, 'GiB')} per GPU beside the cache: {how}"
+        )
     length = mp.max_model_len
-    if mp.target_concurrency and mp.max_model_len_for_target and (not length or mp.max_model_len_for_target < length):
-        length = mp.max_model_len_for_target
-    if length and mp.budget.longest_sequence and length > mp.budget.longest_sequence:
-        length = mp.budget.longest_sequence
-    parts = ["vllm", "serve", mp.name]
-    if length:
-        parts += ["--max-model-len", str(length)]
-    parts += ["--gpu-memory-utilization", f"{mp.utilization:.2f}"]
-    if req.tp > 1:
-        parts += ["--tensor-parallel-size", str(req.tp)]
+    target = cap.max_len_for(chosen.tokens, mp.target_concurrency, chosen.block_size) if mp.target_concurrency else None
+    if target and (not length or target < length):
+        length = target
+    if length and chosen.longest_sequence and length > chosen.longest_sequence:
+        length = chosen.longest_sequence
+    flags = []
     if req.dtype:
-        parts += ["--dtype", req.dtype]
+        flags += ["--dtype", req.dtype]
     if req.kv_cache_dtype and req.kv_cache_dtype != "auto":
-        parts += ["--kv-cache-dtype", req.kv_cache_dtype]
+        flags += ["--kv-cache-dtype", req.kv_cache_dtype]
     if req.quantization:
-        parts += ["--quantization", req.quantization]
-    if req.block_size != cap.DEFAULT_BLOCK_SIZE:
-        parts += ["--block-size", str(req.block_size)]
-    return " ".join(shlex.quote(p) if p != "<model>" else p for p in parts)
+        flags += ["--quantization", req.quantization]
+    if req.block_size != (serving.CPU_BLOCK_SIZE if req.cpu_kvcache_space is not None else cap.DEFAULT_BLOCK_SIZE):
+        flags += ["--block-size", str(req.block_size)]
+    return serving.command(serving.model_ref(mp.name, from_config), length, chosen, mp.utilization, flags, port)
 
 
-def _split(plan: Plan, req: PlanRequest, gpu_bytes: float, unit: str, overhead: float, tp_limit: int) -> None:
+def _split(
+    plan: Plan, req: PlanRequest, gpu_bytes: float, unit: str, overhead: float, tp_limit: int,
+    space: tuple[float, str] | None,
+) -> None:  # fmt: skip
     """Several models on one card: the fraction each gets, within --gpu-memory-utilization together."""
     needs = []
     for mp in plan.models:
@@ -388,8 +438,8 @@ def _split(plan: Plan, req: PlanRequest, gpu_bytes: float, unit: str, overhead: 
         return
     plan.split = fractions
     plan.models = [
-        _model_plan(req, mp.name, mp.shape, gpu_bytes, unit, overhead, tp_limit, f)
-        for mp, f in zip(plan.models, fractions, strict=False)
+        _model_plan(req, mp.name, mp.shape, gpu_bytes, unit, overhead, tp_limit, f, space, serving.FIRST_PORT + i)
+        for i, (mp, f) in enumerate(zip(plan.models, fractions, strict=False))
     ]
     plan.notes.append(
         f"fractions sum to {sum(fractions):.2f} of the card (within --gpu-memory-utilization {req.utilization:.2f}); "

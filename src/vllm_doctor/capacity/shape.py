@@ -8,10 +8,13 @@ length and the quantization bits. Pure: no file or network access; errors are a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.versions import version_tuple
+
+if TYPE_CHECKING:
+    from vllm_doctor.capacity.weights import Tally
 
 # config.json keys, in the order vLLM tries them (HF attribute_maps expose the aliases)
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -113,6 +116,8 @@ class ModelShape:
     # "safetensors (local files)", "safetensors metadata (Hugging Face)", "estimated from the shape", "given"
     params_source: str | None = None
     params_by_dtype: dict[str, int] | None = None  # from safetensors: stored elements per dtype
+    tally: Tally | None = None  # from safetensors: every tensor's elements by dtype and role (weights.py)
+    quant_config: dict[str, Any] | None = None  # config.json's quantization_config
     notes: list[str] = field(default_factory=list)  # fields filled from defaults, ignored settings
     text_config: dict[str, Any] = field(default_factory=dict, repr=False)  # the normalised source
 
@@ -235,7 +240,8 @@ def shape_from_config(
     max_pos = text.get("max_position_embeddings")
     derived, max_len_key = derive_max_model_len(text, model_type, vllm_version)
     rope = text.get("rope_scaling") or text.get("rope_parameters")
-    method, bits = quantization_bits(cfg.get("quantization_config") or text.get("quantization_config"))
+    qcfg = cfg.get("quantization_config") or text.get("quantization_config")
+    method, bits = quantization_bits(qcfg)
     experts = _first(text, ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"))[1]
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or text.get("torch_dtype") or text.get("dtype")
     vocab = text.get("vocab_size") or cfg.get("vocab_size")
@@ -262,6 +268,7 @@ def shape_from_config(
         dtype=str(dtype).removeprefix("torch.") if dtype else None,
         quant_method=method,
         quant_bits=bits,
+        quant_config=qcfg if isinstance(qcfg, dict) else None,
         num_experts=int(experts) if isinstance(experts, (int, float)) else None,
         experts_per_token=text.get("num_experts_per_tok"),
         notes=notes,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from vllm_doctor.data import SEVERITIES, Diagnosis, Fix, FixOut, Match, Rule
+from vllm_doctor.knowledge import fixcheck
 from vllm_doctor.knowledge.checks import CHECKS, CheckInput, CheckResult, Options
 from vllm_doctor.knowledge.facts import Facts
 from vllm_doctor.matching import expr
@@ -51,15 +53,24 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
     summary = next((s for s in (expr.render(t, values) for t in rule.summary) if s is not None), rule.title)
     fixes: list[FixOut] = []
     used: set[str] = set()
+    dropped: list[tuple[str, str]] = []
+
+    def held(fix: Fix, action: str, value: str | None) -> bool:  # the one check every rule's fixes pass (fixcheck)
+        why = fixcheck.refuse(fix.flag, fix.direction, value, values, category=rule.category or "",
+                              shape=options.shape, target_len=options.target_len)  # fmt: skip
+        if why:
+            dropped.append((action, why))
+        return why is None
+
     for fix in rule.fixes:
         if fix.when and not expr.Condition(fix.when)(values):
             continue
-        rendered = render_fix(fix, values)
+        rendered = render_fix(fix, values, held)
         if rendered is None:
-            continue  # no variant of the fix has all its numbers known
+            continue  # no variant of the fix has all its numbers known, or the numbers refuse them
         (action, why, value), names = rendered
         used |= names
-        fixes.append(FixOut(rank=len(fixes) + 1, action=action, flag=fix.flag, value=value, why=why))
+        fixes.append(FixOut(len(fixes) + 1, action, fix.flag, value, why, fix.direction))
     for t in rule.summary:
         if expr.render(t, values) is not None:
             used |= expr.template_names(t)
@@ -79,6 +90,7 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
         evidence=evidence,
         numbers=numbers,
         fixes=fixes,
+        dropped=dropped,
         priority=rule.priority,
         wrapper=rule.wrapper,
         fallback=rule.fallback,
@@ -86,13 +98,17 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
     )
 
 
-def render_fix(fix: Fix, values: dict[str, Any]) -> tuple[tuple[str, str, str | None], set[str]] | None:
-    """The first variant of a fix whose names are all known, rendered, and the names its action
-    and why used; None when every variant names an unknown number."""
+def render_fix(
+    fix: Fix, values: dict[str, Any], held: Callable[[Fix, str, str | None], bool] | None = None
+) -> tuple[tuple[str, str, str | None], set[str]] | None:
+    """The first variant of a fix whose names are all known (and that `held` accepts), rendered,
+    and the names its action and why used; None when no variant is left."""
     for action_t, why_t, value_t in fix.variants():
         action, why = expr.render(action_t, values), expr.render(why_t, values)
         value = expr.render(value_t, values) if value_t else None
         if action is None or why is None or (value_t and value is None):
+            continue
+        if held is not None and not held(fix, action, value):
             continue
         return (action, why, value), expr.template_names(action_t) | expr.template_names(why_t)
     return None

@@ -39,6 +39,8 @@ FACTS: dict[str, type] = {
     "pipeline_parallel_size": int,
     "data_parallel_size": int,
     "gpu_memory_utilization": float,
+    "kv_cache_memory_bytes": int,  # --kv-cache-memory-bytes: the KV space set explicitly (0.10.2+)
+    "cpu_kvcache_space": int,  # VLLM_CPU_KVCACHE_SPACE (GiB): the CPU backend's KV space
     "num_attention_heads": int,
     "num_kv_heads": int,
     "weights_gib": float,
@@ -63,6 +65,7 @@ FACTS: dict[str, type] = {
     "kv_cache.max_concurrency": float,
     "kv_cache.concurrency_tokens": int,
     "kv_cache.available_gib": float,
+    "kv_cache.explicit_gib": float,  # the KV space set explicitly (VLLM_CPU_KVCACHE_SPACE, --kv-cache-memory-bytes)
     "kv_cache.estimated_max_model_len": int,
     "kv_cache.tokens_from": str,  # "log", or how it was computed from blocks
     "memory.total_gib": float,
@@ -111,6 +114,7 @@ SERIES_FIELDS: dict[str, dict[str, type]] = {
 }
 TRACEBACK_KEPT = 600  # records kept per lifetime (the latest): a startup's tracebacks fit many times over
 
+ARG_DUMPS_KEPT, ARG_DUMP_CHARS = 64, 16384  # argument dumps kept per lifetime (the latest), and their length
 ARGS = "args"  # a fact rule group holding a whole argument dump, parsed by parse_args()
 
 # argument names in the dumps -> fact names
@@ -124,6 +128,9 @@ _ARG_FACTS = {
     "pipeline_parallel_size": "pipeline_parallel_size",
     "data_parallel_size": "data_parallel_size",
     "gpu_memory_utilization": "gpu_memory_utilization",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "kv_cache_memory": "kv_cache_memory_bytes",
+    "cpu_kvcache_space": "cpu_kvcache_space",  # VLLM_CPU_KVCACHE_SPACE=
     "block_size": "kv_cache.block_size",
     "max_num_seqs": "max_num_seqs",
     "max_num_batched_tokens": "max_num_batched_tokens",
@@ -350,6 +357,8 @@ class Facts:
     traceback: deque = field(default_factory=lambda: deque(maxlen=TRACEBACK_KEPT))  # TracebackRecord
     access: dict[str, int] = field(default_factory=dict)  # HTTP status class ("2xx", "5xx") -> access lines
     window: dict[str, Any] = field(default_factory=dict)  # a scrape series' window (read/window.py)
+    # (line, blob) of every argument dump and command line, as printed: knowledge/command.py rebuilds the serve line
+    arg_dumps: deque = field(default_factory=lambda: deque(maxlen=ARG_DUMPS_KEPT))
 
     def add_sample(self, series: str, sample: dict[str, Any], line: Line, text: str) -> None:
         """One match of a `series` rule: a stats sample, or a traceback record."""
@@ -375,6 +384,7 @@ class Facts:
     def set_args(self, blob: str, line: int) -> None:
         """Facts from an argument dump, and the defaults a complete dump implies."""
         parsed, complete = parse_args(blob)
+        self.arg_dumps.append((line, blob[:ARG_DUMP_CHARS]))
         for name, value in parsed.items():
             self.set(name, value, line)
         if complete:

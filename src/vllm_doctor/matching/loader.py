@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from vllm_doctor.data import CONFIDENCES, SEVERITIES, Fix, Pattern, Rule
+from vllm_doctor.data import CONFIDENCES, FIX_DIRECTIONS, SEVERITIES, Fix, Pattern, Rule
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.knowledge.facts import ARGS, FACTS, SERIES_FIELDS
 from vllm_doctor.matching import expr
@@ -35,7 +35,7 @@ _RULE_KEYS = {
     "references",
 }  # fmt: skip
 _PATTERN_KEYS = {"regex", "since", "until", "source", "level", "unless", "example", "counter_example"}
-_FIX_KEYS = {"action", "flag", "value", "when", "why"}
+_FIX_KEYS = {"action", "flag", "value", "when", "why", "direction"}
 _LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
 SERIES = SERIES_FIELDS
 
@@ -480,9 +480,12 @@ def _fixes(data: dict, out: _Problems) -> list[Fix]:
                 out.add(f"{key}.{k}", "has more fallbacks than action: each entry goes with one action")
             for t in parts[k]:
                 out.templates(t, f"{key}.{k}")
-        for k in ("flag", "when"):
+        for k in ("flag", "when", "direction"):
             if f.get(k) is not None and not isinstance(f[k], str):
                 out.add(f"{key}.{k}", "must be a string")
+        direction = f.get("direction") if isinstance(f.get("direction"), str) else None
+        if direction is not None and (direction not in FIX_DIRECTIONS or not isinstance(f.get("flag"), str)):
+            out.add(f"{key}.direction", f"must be one of {', '.join(FIX_DIRECTIONS)}, with a flag")
         out.condition(f.get("when") if isinstance(f.get("when"), str) else None, f"{key}.when")
         if not parts["action"] or not parts["why"]:
             continue
@@ -492,5 +495,5 @@ def _fixes(data: dict, out: _Problems) -> list[Fix]:
         (action, why, value), *fallbacks = variants
         when = f.get("when") if isinstance(f.get("when"), str) else None
         flag = f.get("flag") if isinstance(f.get("flag"), str) else None
-        fixes.append(Fix(action=action, why=why, flag=flag, value=value, when=when, fallbacks=fallbacks))
+        fixes.append(Fix(action, why, flag, value, when, direction, fallbacks))
     return fixes

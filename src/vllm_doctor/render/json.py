@@ -29,8 +29,17 @@ def _diagnosis(d: Diagnosis, report: Report) -> dict[str, Any]:
         "context": [_evidence(e, report) for e in d.context],
         "numbers": d.numbers,
         "fixes": [
-            {"rank": f.rank, "action": f.action, "flag": f.flag, "value": f.value, "why": f.why} for f in d.fixes
+            {
+                "rank": f.rank,
+                "action": f.action,
+                "flag": f.flag,
+                "value": f.value,
+                "direction": f.direction,
+                "why": f.why,
+            }
+            for f in d.fixes
         ],
+        "dropped_fixes": [{"action": action, "reason": reason} for action, reason in d.dropped],
     }
 
 
@@ -65,6 +74,9 @@ def to_dict(report: Report) -> dict[str, Any]:
         "facts": report.facts,
         "lifetime": report.shown,
         "lifetimes": [_life(life, report) for life in report.lifetimes],
+        "corrected_command": (
+            {"line": c.line, "rule": c.rule, "fix": c.fix, "change": c.change} if (c := report.corrected) else None
+        ),
     }
     if report.crash_loop:
         cause, first, last = report.crash_loop

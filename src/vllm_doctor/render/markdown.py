@@ -45,9 +45,9 @@ def render(report: Report, redact: bool = True, flavor: str = "plain") -> str:
             for f in d.fixes:
                 out.append(f"{f.rank}. **{f.action}** — {f.why}")
             out.append("")
-        command = corrected_command(d, report if i == 0 else None)
+        command = corrected_command(report, redact=False) if i == 0 else None  # the whole ticket is masked below
         if command:
-            out += ["**Corrected command**", "", "```sh", command, "```", ""]
+            out += [f"**{command[0]}**", "", "```sh", command[1], "```", ""]
         numbers = described(d.numbers)
         if numbers:
             out += ["| number | value |", "|---|---|"]

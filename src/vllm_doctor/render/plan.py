@@ -46,7 +46,8 @@ def _model_dict(m: ModelPlan) -> dict[str, Any]:
         "weights_bytes": b.weights_bytes,
         "weights_per_gpu_bytes": b.weights_per_gpu,
         "overhead_bytes": b.overhead_bytes,
-        "cache_bytes": b.cache_bytes,
+        "cache_bytes": max(b.cache_bytes, 0.0),  # never a negative memory: the shortfall is its own key
+        "cache_short_bytes": max(-b.cache_bytes, 0.0),
         "kv_bytes_per_token": b.bytes_per_token,
         "tokens": b.tokens,
         "blocks": b.blocks,
@@ -56,7 +57,7 @@ def _model_dict(m: ModelPlan) -> dict[str, Any]:
         "target_concurrency": m.target_concurrency,
         "max_model_len_for_target": m.max_model_len_for_target,
         "valid_tp_sizes": m.valid_tp_sizes,
-        "serve_command": m.serve_command,
+        "serve_command": m.serve_command or None,
         "fits": m.fits,
         "problems": m.problems,
         "notes": m.notes,
@@ -81,6 +82,8 @@ def _table(
 def _gpu_line(plan: Plan) -> str:
     gib, gb = plan.gpu_bytes / cap.GIB, plan.gpu_bytes / cap.GB
     count = f"{plan.gpus} x " if plan.gpus > 1 else ""
+    if not plan.gpu_bytes:  # the KV space is set explicitly and no GPU memory was given
+        return f"GPU: {plan.gpu_source}; GB = 10^9 bytes, GiB = 2^30 bytes"
     return f"GPU: {count}{gb:,.1f} GB = {gib:,.1f} GiB ({plan.gpu_source}); GB = 10^9 bytes, GiB = 2^30 bytes"
 
 
@@ -92,7 +95,7 @@ def text(plan: Plan) -> str:
         out.append(f"  valid --tensor-parallel-size: {fmt_list(m.valid_tp_sizes)}")
         out += [f"  problem: {p}" for p in m.problems]
         out += [f"  note: {n}" for n in m.notes]
-        out += ["  serve:", f"    {m.serve_command}"]
+        out += ["  serve:", f"    {m.serve_command or '(none: see the notes)'}"]
     if plan.split:
         out += ["", "Several models on one card:"]
         out += _table([(m.name, f"{fmt_int(m.budget.tokens)} tokens, {fmt_size(m.budget.cache_bytes, plan.gpu_unit)} cache",
@@ -109,7 +112,8 @@ def text(plan: Plan) -> str:
 
 def _model_title(m: ModelPlan) -> str:
     s = m.shape
-    bits = [f"{s.layers} layers", f"{s.kv_heads} KV heads" + (f" of {s.attention_heads}" if s.attention_heads else "")]
+    bits = [f"{s.layers} layers", *([f"{s.attention_heads} attention heads"] if s.attention_heads else []),
+            f"{s.kv_heads} KV heads"]  # fmt: skip
     bits.append(f"head dim {s.head_dim}" + (" (MLA)" if s.use_mla else ""))
     bits.append(f"{cap.fmt_params(s.params or 0)} params ({s.params_source})")
     title = f"Model {m.name}: " + ", ".join(bits)
@@ -126,7 +130,7 @@ def markdown(plan: Plan) -> str:
         out += ["", f"Valid `--tensor-parallel-size`: {fmt_list(m.valid_tp_sizes)}", ""]
         out += [f"- **Problem:** {p}" for p in m.problems]
         out += [f"- Note: {n}" for n in m.notes]
-        out += ["", "```sh", m.serve_command, "```", ""]
+        out += ["", "```sh", m.serve_command, "```", ""] if m.serve_command else [""]
     if plan.split:
         out += [
             "### Several models on one card",

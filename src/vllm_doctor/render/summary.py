@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from vllm_doctor.data import Diagnosis, Evidence, Report
+from vllm_doctor.data import Evidence, Report
 from vllm_doctor.matching.expr import fmt
 
 
@@ -82,8 +82,8 @@ def model_line(report: Report) -> str | None:
         return None
     if m.get("layers") is None:
         return f"Model config: {m['note']}" if m.get("note") else None
-    heads = f" of {m['attention_heads']}" if m.get("attention_heads") else ""
-    text = f"Model {m.get('name') or '?'} ({m.get('source')}): {m['layers']} layers, {m['kv_heads']} KV heads{heads}, head dim {m['head_dim']}"
+    heads = f"{m['attention_heads']} attention heads, " if m.get("attention_heads") else ""
+    text = f"Model {m.get('name') or '?'} ({m.get('source')}): {m['layers']} layers, {heads}{m['kv_heads']} KV heads, head dim {m['head_dim']}"
     if m.get("kv_bytes_per_token"):
         text += f", {m['kv_bytes_per_token']:,} B/token"
     if m.get("params"):
@@ -148,16 +148,6 @@ def where(e: Evidence, report: Report, prefix: str = "") -> str:
     return f"{report.paths[e.source]}:{e.line}" if len(report.paths) > 1 else f"{prefix}{e.line}"
 
 
-def corrected_command(d: Diagnosis, report: Report | None = None) -> str | None:
-    """The corrected command line of a diagnosis (or of the report, shown under its first one)."""
-    import shlex
-
-    value = getattr(d, "corrected_command", None) or (getattr(report, "corrected_command", None) if report else None)
-    if isinstance(value, (list, tuple)):
-        return shlex.join(str(v) for v in value)
-    return str(value) if value else None
-
-
 # vLLM's logger prefix, "(EngineCore pid=15848) ERROR 11-30 01:54:29 [core.py:1510] " and its
 # older forms: on a narrow screen the message is what matters, the line number finds the rest
 _PREFIX = re.compile(
@@ -208,3 +198,16 @@ def earlier_lives(report: Report) -> list[tuple[str, list[str]]]:
             lines.append(life.note)
         out.append((title, lines))
     return out
+
+
+def corrected_command(report: Report, redact: bool = True) -> tuple[str, str] | None:
+    """(what it is, the serve line with the top fix applied, secrets masked) when the log has a command."""
+    c = report.corrected
+    if c is None:
+        return None
+    line = c.line
+    if redact:
+        from vllm_doctor.render.redact import redact as mask
+
+        line = mask(line)
+    return f"Corrected command (fix {c.fix} of {c.rule} applied: {c.change})", line

@@ -135,7 +135,9 @@ class _Screen:
             self.say(f"Start #{report.shown} (shown in full):", "bold")
         for i, d in enumerate(report.diagnoses):
             self.blank()
-            self.diagnosis(d, report, command=corrected_command(d, report if i == 0 else None))
+            self.diagnosis(
+                d, report, command=corrected_command(report, redact=False) if i == 0 else None
+            )  # masked above
         cap = capacity_line(report)
         if cap:
             self.blank()
@@ -161,7 +163,7 @@ class _Screen:
         elif self.hidden or model_line(report) or work_rows(report) or gpu:
             self.say("(-v: every reason, number and evidence line, the model and the GPUs)", "dim")
 
-    def diagnosis(self, d: Diagnosis, report: Report, command: str | None) -> None:
+    def diagnosis(self, d: Diagnosis, report: Report, command: tuple[str, str] | None) -> None:
         if d.severity == "info" and not self.verbose and not d.fixes and not command:
             self.say(d.summary, indent=2, head=" INFO ", head_style=_STYLE["info"], gap=1)  # a note: one paragraph
             self.hidden = True
@@ -184,8 +186,8 @@ class _Screen:
                 else:
                     self.hidden = True
         if command:
-            self.say("Corrected command", "bold", indent=2)
-            for line in _continued(command, self.width - 4):
+            self.say(command[0], "bold", indent=2)
+            for line in _continued(command[1], self.width - 4):
                 self.console.print("    " + line, markup=False)  # never cut: it must paste whole
         self.evidence(d, report)
         if self.verbose and d.numbers:

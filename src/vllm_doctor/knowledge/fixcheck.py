@@ -1,0 +1,105 @@
+"""Fixes held to the numbers: one check for every rule's fixes, run where they are rendered.
+
+A fix says what it does to which flag (`flag`, `direction`, `value` in the rule file). Before it
+is shown, its value is compared with the flag's current value (the log's facts and command line):
+a "lower" that is not below the current value, a "raise" not above it, a value equal to the
+current one, a --gpu-memory-utilization past 0.95 or beside an explicit KV space, a TP size that
+is the current one or does not divide the heads, a --max-model-len cut for a queue (the paged
+cache reserves nothing per maximum length) or below --target-len: each is refused, with the
+reason, and the engine tries the fix's next variant or drops it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm_doctor.capacity.modelcfg import ModelShape
+
+MAX_UTILIZATION = 0.95  # past this a startup failure is traded for an out-of-memory error under traffic
+TP_FLAG = "--tensor-parallel-size"
+UTIL_FLAG = "--gpu-memory-utilization"
+LEN_FLAG = "--max-model-len"
+# the KV space set explicitly: vLLM sizes the cache from it, not from the utilization
+KV_SPACE_FACTS = ("kv_cache_memory_bytes", "cpu_kvcache_space", "kv_cache.explicit_gib")
+# the categories of a running server whose queue waits on a full cache
+QUEUE_CATEGORIES = ("queue-saturation",)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(str(value).replace(",", ""))
+    except ValueError:
+        return None
+
+
+def current(flag: str, values: dict[str, Any]) -> Any:
+    """The flag's value in this log: `--max-model-len` is the fact max_model_len."""
+    name = flag.lstrip("-").replace("-", "_")
+    if flag == TP_FLAG:
+        return values.get("tp") if values.get("tp") is not None else values.get("tensor_parallel_size")
+    return values.get(name)
+
+
+def refuse(
+    flag: str | None,
+    direction: str | None,
+    value: str | None,
+    values: dict[str, Any],
+    *,
+    category: str = "",
+    shape: ModelShape | None = None,
+    target_len: int | None = None,
+) -> str | None:
+    """Why this fix contradicts the numbers, or None when nothing known contradicts it."""
+    if not flag:
+        return None
+    now = current(flag, values)
+    new, old = _number(value), _number(now)
+    if value is not None and now is not None and (new == old if new is not None else str(now) == value):
+        return f"{flag} is {now} already"
+    if direction == "enable" and now is True:
+        return f"{flag} is on already"
+    if new is not None and old is not None:
+        if direction == "lower" and new >= old:
+            return f"{value} is not below the current {flag} {now}"
+        if direction == "raise" and new <= old:
+            return f"{value} is not above the current {flag} {now}"
+    if flag == UTIL_FLAG:
+        return _utilization(direction, new, old, values)
+    if flag == TP_FLAG and new is not None:
+        return _tp(int(new), values, shape)
+    if flag == LEN_FLAG and direction == "lower":
+        if category in QUEUE_CATEGORIES:
+            return "the paged KV cache reserves nothing per --max-model-len: a shorter maximum frees no space"
+        if target_len and new is not None and new < target_len:
+            return f"{value} is below --target-len {target_len}: the target's sequences would not fit"
+    return None
+
+
+def _utilization(direction: str | None, new: float | None, old: float | None, values: dict[str, Any]) -> str | None:
+    explicit = next((name for name in KV_SPACE_FACTS if values.get(name) is not None), None)
+    if explicit:
+        return f"the KV space is set explicitly ({explicit}): the utilization does not size the cache"
+    if new is not None and new > MAX_UTILIZATION:
+        return f"{new} is past {MAX_UTILIZATION}"
+    if direction == "raise" and old is not None and old >= MAX_UTILIZATION:
+        return f"{UTIL_FLAG} is {old} already, at the {MAX_UTILIZATION} ceiling"
+    return None
+
+
+def _tp(tp: int, values: dict[str, Any], shape: ModelShape | None) -> str | None:
+    from vllm_doctor.capacity.arithmetic import tp_ok
+
+    if tp < 1:
+        return f"{TP_FLAG} {tp} is no size"
+    heads = values.get("heads") or values.get("num_attention_heads") or (shape.attention_heads if shape else None)
+    kv_heads = values.get("kv_heads") or values.get("num_kv_heads") or (shape.kv_heads if shape else None)
+    if not tp_ok(tp, int(heads) if heads else None, int(kv_heads) if kv_heads else None):
+        return f"{TP_FLAG} {tp} does not divide {heads} attention heads and {kv_heads} KV heads"
+    dimension = values.get("dimension")
+    if dimension and int(dimension) % tp:
+        return f"{TP_FLAG} {tp} does not divide the dimension {dimension}"
+    return None

@@ -1,0 +1,145 @@
+"""Weights exactly (capacity/weights.py): real safetensors files written here (an 8-byte header
+length, the JSON header, zeroed data), read by their headers only, in a local directory and in the
+Hugging Face cache layout; bytes as vLLM loads them per quantisation; no network."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from test_hub import _doctor, _env, build_hub_cache
+
+from conftest import FIXTURES
+from vllm_doctor.capacity import modelcfg, weights
+from vllm_doctor.capacity.plan import PlanRequest, make_plan
+
+CONFIGS = FIXTURES / "configs"
+SIZE = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "U8": 1, "F8_E4M3": 1}
+H, INTER, VOCAB, LAYERS = 256, 512, 313, 2  # lab-tiny-llama
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> int:
+    """A valid safetensors file; returns its data bytes."""
+    header, offset = {}, 0
+    for name, (dtype, dims) in tensors.items():
+        n = 1
+        for d in dims:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": dims, "data_offsets": [offset, offset + n * SIZE[dtype]]}
+        offset += n * SIZE[dtype]
+    header["__metadata__"] = {"format": "pt"}
+    blob = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + b"\0" * offset)
+    return offset
+
+
+def config(tmp: Path, **extra) -> Path:
+    cfg = json.loads((CONFIGS / "lab-tiny-llama" / "config.json").read_text())
+    cfg.update(extra)
+    path = tmp / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def dense(dtype: str) -> dict[str, tuple[str, list[int]]]:
+    out = {"model.embed_tokens.weight": (dtype, [VOCAB, H]), "lm_head.weight": (dtype, [VOCAB, H]),
+           "model.norm.weight": (dtype, [H])}  # fmt: skip
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        out |= {p + "self_attn.q_proj.weight": (dtype, [H, H]), p + "mlp.down_proj.weight": (dtype, [H, INTER]),
+                p + "input_layernorm.weight": (dtype, [H])}  # fmt: skip
+    return out
+
+
+def awq() -> dict[str, tuple[str, list[int]]]:
+    out = {"model.embed_tokens.weight": ("F16", [VOCAB, H]), "lm_head.weight": ("F16", [VOCAB, H])}
+    for i in range(LAYERS):
+        p = f"model.layers.{i}.mlp.down_proj."
+        out |= {p + "qweight": ("I32", [INTER, H // 8]), p + "qzeros": ("I32", [INTER // 128, H // 8]),
+                p + "scales": ("F16", [INTER // 128, H])}  # fmt: skip
+    return out
+
+
+def test_awq_in_the_hf_cache_layout_counts_scales_and_zeros_as_stored(tmp_path):
+    """Sharded, with model.safetensors.index.json; a stray consolidated file beside it is not the model."""
+    repo = build_hub_cache(tmp_path / "hub", "org/tiny-awq",
+                           config(tmp_path, dtype="float16", quantization_config={"quant_method": "awq", "bits": 4,
+                                                                                   "group_size": 128}))  # fmt: skip
+    snap = next((repo / "snapshots").iterdir())
+    tensors = awq()
+    names = sorted(tensors)
+    first, second = dict((n, tensors[n]) for n in names[:3]), dict((n, tensors[n]) for n in names[3:])
+    stored = write_safetensors(snap / "model-00001-of-00002.safetensors", first)
+    stored += write_safetensors(snap / "model-00002-of-00002.safetensors", second)
+    write_safetensors(snap / "consolidated.safetensors", dense("BF16"))  # a second copy some repos ship
+    index = {"weight_map": {n: "model-00001-of-00002.safetensors" for n in first}
+             | {n: "model-00002-of-00002.safetensors" for n in second}}  # fmt: skip
+    (snap / "model.safetensors.index.json").write_text(json.dumps(index))
+    env = _env(HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    r = _doctor("plan", "org/tiny-awq", "--gpu-memory", "80GB", "--no-gpu", "-f", "json", env=env)
+    m = json.loads(r.stdout)["models"][0]
+    assert m["weights_bytes"] == stored  # exactly the stored bytes: qweight, qzeros and scales as they are
+    assert m["model"]["params"] == 2 * VOCAB * H + LAYERS * INTER * H  # 8 weights per int32 of qweight
+    assert m["model"]["params_source"] == "safetensors (local files)"
+    assert "safetensors headers" in m["steps"][0]["work"]
+
+
+def test_mxfp4_experts_as_stored_and_the_rest_at_bf16(tmp_path):
+    experts = {}
+    for i in range(LAYERS):
+        p = f"model.layers.{i}.mlp.experts."
+        experts |= {p + "gate_up_proj_blocks": ("U8", [4, 2 * INTER, H // 32, 16]),
+                    p + "gate_up_proj_scales": ("U8", [4, 2 * INTER, H // 32]),
+                    p + "gate_up_proj_bias": ("BF16", [4, 2 * INTER]),
+                    f"model.layers.{i}.mlp.router.weight": ("BF16", [4, H])}  # fmt: skip
+    tensors = dense("BF16") | experts
+    stored = write_safetensors(tmp_path / "model.safetensors", tensors)
+    config(tmp_path, quantization_config={"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
+                                                                                          "model.embed_tokens", "lm_head"]})  # fmt: skip
+    shape, _ = modelcfg.load(str(tmp_path))
+    total, work = weights.loaded_bytes(shape.tally, "bfloat16")
+    assert total == stored
+    blocks = LAYERS * 4 * 2 * INTER * H // 32 * 16
+    assert shape.params == sum(_n(d) for n, (_t, d) in tensors.items() if "_scales" not in n) + blocks  # 2 per byte
+
+
+def _n(dims):
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
+def test_fp8_checkpoint_keeps_its_scales_in_float32(tmp_path):
+    tensors = {n: ("F8_E4M3" if "proj" in n else "BF16", d) for n, (_t, d) in dense("BF16").items()}
+    tensors |= {f"model.layers.{i}.self_attn.q_proj.weight_scale_inv": ("F32", [2, 2]) for i in range(LAYERS)}
+    stored = write_safetensors(tmp_path / "model.safetensors", tensors)
+    config(tmp_path, quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]})
+    shape, _ = modelcfg.load(str(tmp_path))
+    assert weights.loaded_bytes(shape.tally, "bfloat16")[0] == stored
+    assert shape.params == sum(_n(d) for n, (_t, d) in tensors.items() if "scale" not in n)
+
+
+def test_float32_checkpoint_is_cast_and_online_fp8_quantises_the_linear_layers(tmp_path):
+    tensors = dense("F32")
+    stored = write_safetensors(tmp_path / "model.safetensors", tensors)
+    config(tmp_path)
+    shape, _ = modelcfg.load(str(tmp_path))
+    assert weights.loaded_bytes(shape.tally, "bfloat16")[0] == stored / 2
+    linear = LAYERS * (H * H + H * INTER)
+    online = weights.loaded_bytes(shape.tally, "bfloat16", "fp8")[0]
+    assert online == (shape.params - linear) * 2 + linear * 1  # embeddings, lm_head and norms stay bf16
+    plan = make_plan(PlanRequest(models=[str(tmp_path)], gpu_memory="80GB", quantization="fp8", max_model_len=1024))
+    assert plan.models[0].budget.weights_bytes == online
+
+
+def test_without_headers_the_estimate_says_so(tmp_path):
+    config(tmp_path, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128})
+    shape, _ = modelcfg.load(str(tmp_path))
+    assert shape.tally is None and shape.params_source == "estimated from the shape"
+    total, work = weights.estimated_bytes(shape, "float16", None, 4.0)
+    embed = 2 * VOCAB * H
+    assert total == pytest.approx((shape.params - embed) * (0.5 + (2 + 0.5) / 128) + embed * 2)
+    assert "estimated from the shape" in work

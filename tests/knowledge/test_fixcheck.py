@@ -1,0 +1,153 @@
+"""The fix check (knowledge/fixcheck.py): no fix that contradicts the log's numbers is shown."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from conftest import FIXTURES, LAB
+from vllm_doctor.capacity.modelcfg import load as load_model
+from vllm_doctor.knowledge.contract import Options
+from vllm_doctor.knowledge.fixcheck import refuse
+
+LOGS = sorted(p for p in (FIXTURES / "logs").rglob("*") if p.is_file() and not p.name.endswith(".expect.toml"))
+ALL = LOGS + sorted(LAB.glob("*.log"))
+
+
+def _options(log) -> Options | None:
+    expect = log.parent / (log.name.split(".log")[0] + ".expect.toml")
+    if expect.is_file():
+        want = tomllib.loads(expect.read_text())
+        if "config" in want:
+            return Options(config=str(FIXTURES / "configs" / want["config"] / "config.json"))
+    return None
+
+
+def _num(x):
+    try:
+        return float(str(x).replace(",", ""))
+    except (TypeError, ValueError):
+        return None
+
+
+def _violations(report) -> list[str]:
+    """Each emitted fix against the report's own facts, written out apart from fixcheck."""
+    facts = report.facts
+    out = []
+    for d in report.diagnoses:
+        for f in d.fixes:
+            if not f.flag:
+                continue
+            name = f.flag.lstrip("-").replace("-", "_")
+            now = d.numbers.get("tp") if f.flag == "--tensor-parallel-size" else None
+            now = now if now is not None else d.numbers.get(name, facts.get(name))
+            new, old = _num(f.value), _num(now)
+            where = f"{d.rule}: {f.action!r} (current {now})"
+            if new is not None and old is not None:
+                if f.direction == "lower" and not new < old or f.direction == "raise" and not new > old:
+                    out.append(where)
+                if new == old:
+                    out.append(where + " changes nothing")
+            if f.flag == "--gpu-memory-utilization" and (new is not None and new > 0.95):
+                out.append(where + " past 0.95")
+            if f.flag == "--gpu-memory-utilization" and (
+                facts.get("kv_cache_memory_bytes") or facts.get("cpu_kvcache_space")
+            ):
+                out.append(where + " beside an explicit KV space")
+            if d.category == "queue-saturation" and f.flag == "--max-model-len" and f.direction == "lower":
+                out.append(where + " for a full paged cache")
+    return out
+
+
+@pytest.mark.parametrize("log", ALL, ids=[f"{p.parent.name}/{p.name}" for p in ALL])
+def test_no_emitted_fix_contradicts_the_numbers(log, run):
+    report = run(log, options=_options(log))
+    assert not _violations(report)
+
+
+def test_the_1m_model_is_not_told_to_lower_its_length_above_itself(run):
+    """Found by hand: "Lower --max-model-len to 1022912" for a server at 1,010,000."""
+    log = FIXTURES / "logs" / "cache-oom" / "0.8.3_v1-1m-config-fit-above-max-len.log"
+    top = run(log, options=_options(log)).diagnoses[0]
+    assert top.numbers["fit_max_model_len"] > top.numbers["max_model_len"] == 1_010_000  # the contradiction
+    lowers = [f for f in top.fixes if f.flag == "--max-model-len"]
+    assert [f.value for f in lowers] == [None]  # the valueless variant, not 1022896
+    assert any("not below the current --max-model-len 1010000" in why for _a, why in top.dropped)
+
+
+def test_every_flag_fix_of_the_built_in_rules_says_what_it_does(rules):
+    missing = [(r.id, f.action) for r in rules for f in r.fixes if f.flag and not f.direction]
+    assert not missing
+
+
+@pytest.mark.parametrize(
+    ("flag", "direction", "value", "values", "why"),
+    [
+        ("--max-model-len", "lower", "1022912", {"max_model_len": 1010000}, "not below"),
+        ("--max-model-len", "lower", "8064", {"max_model_len": 8064}, "already"),
+        ("--max-num-batched-tokens", "raise", "4096", {"max_num_batched_tokens": 8192}, "not above"),
+        ("--gpu-memory-utilization", "raise", "0.97", {"gpu_memory_utilization": 0.9}, "past 0.95"),
+        ("--gpu-memory-utilization", "raise", None, {"gpu_memory_utilization": 0.95}, "ceiling"),
+        ("--gpu-memory-utilization", "raise", "0.9", {"gpu_memory_utilization": 0.5, "kv_cache_memory_bytes": 1 << 30},
+         "set explicitly"),
+        ("--gpu-memory-utilization", "lower", "0.4", {"cpu_kvcache_space": 4}, "set explicitly"),
+        ("--tensor-parallel-size", "set", "2", {"tp": 2}, "already"),
+        ("--tensor-parallel-size", "raise", "3", {"tp": 2, "num_attention_heads": 32, "num_kv_heads": 8}, "divide"),
+        ("--tensor-parallel-size", "raise", "16", {"tp": 8, "num_attention_heads": 32, "num_kv_heads": 12}, "divide"),
+        ("--kv-cache-dtype", "set", "fp8", {"kv_cache_dtype": "fp8"}, "already"),
+        ("--enforce-eager", "enable", None, {"enforce_eager": True}, "on already"),
+    ],
+)  # fmt: skip
+def test_refused(flag, direction, value, values, why):
+    assert why in (refuse(flag, direction, value, values) or "")
+
+
+@pytest.mark.parametrize(
+    ("flag", "direction", "value", "values"),
+    [
+        ("--max-model-len", "lower", "8064", {"max_model_len": 8192}),
+        ("--max-model-len", "lower", None, {"max_model_len": 8192}),  # no number to hold it to
+        ("--max-model-len", "lower", "4096", {}),  # the current value is unknown: nothing contradicts it
+        ("--gpu-memory-utilization", "raise", "0.9", {"gpu_memory_utilization": 0.8}),
+        ("--tensor-parallel-size", "raise", "4", {"tp": 2, "num_attention_heads": 32, "num_kv_heads": 2}),  # KV heads replicated
+        ("--kv-cache-dtype", "set", "fp8", {"kv_cache_dtype": "auto"}),
+        (None, None, None, {}),
+    ],
+)  # fmt: skip
+def test_accepted(flag, direction, value, values):
+    assert refuse(flag, direction, value, values) is None
+
+
+def test_queue_fixes_never_shorten_the_maximum_length():
+    why = refuse("--max-model-len", "lower", None, {"max_model_len": 32768}, category="queue-saturation")
+    assert why and "reserves nothing" in why
+
+
+def test_target_fixes_never_go_below_target_len():
+    assert "below --target-len 8192" in (refuse("--max-model-len", "lower", "4992", {"max_model_len": 16384},
+                                                target_len=8192) or "")  # fmt: skip
+    assert refuse("--max-model-len", "lower", "8192", {"max_model_len": 16384}, target_len=8192) is None
+
+
+def test_tp_divides_the_model_heads_from_its_config():
+    shape, _note = load_model(None, str(FIXTURES / "configs" / "llama-3-8b" / "config.json"), offline=True)
+    assert "divide" in (refuse("--tensor-parallel-size", "raise", "3", {"tp": 1}, shape=shape) or "")
+    assert refuse("--tensor-parallel-size", "raise", "2", {"tp": 1}, shape=shape) is None
+
+
+def test_kv_capacity_target_gives_more_cache_not_a_shorter_length(run):
+    log = LAB / "queue-saturation.log"
+    report = run(log, options=Options(target_concurrency=64, target_len=4096))
+    kv = next(d for d in report.diagnoses if d.rule == "kv-capacity")
+    assert kv.numbers["can_hold_target"] is False
+    assert [f.flag for f in kv.fixes] == ["--kv-cache-dtype"]
+
+
+def test_an_explicit_kv_space_drops_the_utilization_fixes(run):
+    """The lab's CPU recording sets VLLM_CPU_KVCACHE_SPACE=1 ("Explicitly set (1.0/10.59) GiB for KV
+    cache"): the utilization does not size that cache, so no fix moves it."""
+    top = run(LAB / "cache-oom.log").diagnoses[0]
+    assert top.rule == "kv-cache-too-small-for-max-len"
+    assert "--gpu-memory-utilization" not in [f.flag for f in top.fixes]
+    assert any("set explicitly (kv_cache.explicit_gib)" in why for _a, why in top.dropped)
