@@ -287,7 +287,7 @@ def test_serve_report_directory_is_redacted(tmp_path, fake_bin):
         assert server_lines[e["line"] - 1].strip()[:80] == e["text"][:80]
     assert MASK in json.dumps(data["serve"]["command"])
     md = (d / "report.md").read_text().split("\n")
-    at = md.index("```sh")  # the command line in a fenced block, whole, its fence closed
+    at = md.index("```sh", md.index("**Command**"))  # the command line in a fenced block, whole, its fence closed
     assert md[at + 1].endswith(f"--api-key {MASK}") and md[at + 2] == "```"
     assert "<details>" not in "\n".join(md)  # plain Markdown: Jira and GitLab render it too
 

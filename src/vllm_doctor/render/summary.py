@@ -210,4 +210,4 @@ def corrected_command(report: Report, redact: bool = True) -> tuple[str, str] | 
         from vllm_doctor.render.redact import redact as mask
 
         line = mask(line)
-    return f"Corrected command (fix {c.fix} of {c.rule} applied: {c.change})", line
+    return f"Corrected command (fix {c.fix} applied: {c.change})", line
