@@ -88,7 +88,9 @@ def test_the_model_line_names_heads_and_kv_heads_apart(run):
     from vllm_doctor.knowledge.contract import Options
 
     log = FIXTURES / "logs" / "cache-oom" / "0.8.3_v1-1m-config-fit-above-max-len.log"
-    text = render(run(log, options=Options(config=str(FIXTURES / "configs" / "qwen2.5-7b" / "config.json"))), "text", verbosity=1)
+    text = render(
+        run(log, options=Options(config=str(FIXTURES / "configs" / "qwen2.5-7b" / "config.json"))), "text", verbosity=1
+    )
     text = " ".join(text.split())  # as one paragraph: the terminal wraps it
     assert "28 layers, 28 attention heads, 4 KV heads, head dim 128" in text and "KV heads of" not in text
 

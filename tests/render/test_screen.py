@@ -24,7 +24,12 @@ TMUX = shutil.which("tmux")
 CASES = [
     # (log, verdict line, first fix, whole report fits 80x24 without scrolling)
     ("cache-oom.log", "vllm-doctor: failed: cache-oom (blocker)", "1. Lower --max-model-len to 8064", True),
-    ("queue-saturation.log", "vllm-doctor: degraded: queue-saturation (warning)", "1. Store the KV cache in fp8", False),
+    (
+        "queue-saturation.log",
+        "vllm-doctor: degraded: queue-saturation (warning)",
+        "1. Store the KV cache in fp8",
+        False,
+    ),
 ]
 DONE = "__vllm_doctor_done__"
 
