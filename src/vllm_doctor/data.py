@@ -145,6 +145,7 @@ class Report:
     crash_loop: tuple[str, int, int] | None = None  # (cause, first, last index) of N same failures in a row
     empty: bool = False  # the input held no bytes at all
     all_lifetimes: bool = False  # --lifetime all: the renderers show every earlier start's diagnoses too
+    series: list[dict[str, Any]] = field(default_factory=list)  # stats samples to draw (knowledge/series.py)
 
 
 @dataclass

@@ -137,6 +137,7 @@ def build(
         diagnoses=diagnoses,
         facts=report_facts,
         warnings=warnings,
+        series=facts.stats.points,
     )
 
 

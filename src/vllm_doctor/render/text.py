@@ -12,6 +12,7 @@ from typing import IO
 
 from vllm_doctor.data import Report
 from vllm_doctor.matching.expr import fmt
+from vllm_doctor.render import bars
 from vllm_doctor.render.summary import (
     capacity_line,
     describe_input,
@@ -74,6 +75,7 @@ def show(report: Report, file: IO[str] | None = None) -> None:
         if d.numbers:
             nums = "   ".join(f"{k} [bold]{escape(fmt(v))}[/]" for k, v in d.numbers.items())
             print_(f"  [bold]Numbers[/]  {nums}")
+        bars.show(console, report, d)
         if d.fixes:
             print_("  [bold]Fixes, in order[/]")
             for f in d.fixes:

@@ -1,0 +1,245 @@
+"""The pictures' numbers, and the terminal's pictures: a capacity diagnosis's memory as one bar,
+a queue diagnosis's samples as sparklines. Pure functions; svg.py draws the same data.
+
+Every segment is a number vLLM printed (its memory profile, the diagnosis's numbers), or a
+difference of two of them, labelled as such ("held by others: total - free at start"). Nothing is
+drawn when there is nothing to draw: no numbers, fewer than two samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_doctor.data import Diagnosis, Report
+from vllm_doctor.matching.expr import fmt
+
+CAPACITY = frozenset({"cache-oom", "weights-oom", "warmup-oom", "kv-capacity", "gpu-memory-occupied"})
+SLOTS_DRAWN = 8  # a KV cache of up to this many worst-case sequences is drawn one slot each
+
+
+def is_queue(category: str) -> bool:
+    return category.startswith("queue-") or category == "priority-preemption"
+
+
+@dataclass(frozen=True)
+class Segment:
+    key: str  # weights activation non_torch cudagraph kv other missing free: its colour and letter
+    label: str
+    value: float
+
+
+@dataclass(frozen=True)
+class Bar:
+    title: str
+    unit: str  # "GiB" or "tokens"
+    total: float
+    segments: tuple[Segment, ...]
+    mark: tuple[str, float] | None = None  # a line across the bar: (label, value), e.g. total x utilization
+
+
+_PROFILE = (
+    ("weights", "weights", "weights_gib"),
+    ("activation", "activation peak", "activation_gib"),
+    ("non_torch", "non-torch", "non_torch_gib"),
+    ("cudagraph", "CUDA graphs", "cudagraph_gib"),
+    ("kv", "KV cache", "kv_gib"),
+)
+
+
+def memory_bar(report: Report, d: Diagnosis) -> Bar | None:
+    """The bar of a capacity diagnosis: what one sequence needs against what the cache has (a
+    cache OOM), else the memory profile, else the cache in worst-case sequences."""
+    if d.category not in CAPACITY:
+        return None
+    return _need(d) or _profile(report, d) or _slots(report, d)
+
+
+def _need(d: Diagnosis) -> Bar | None:
+    n = d.numbers
+    need, have = _num(n.get("needed_gib")), _num(n.get("available_gib"))
+    unit = "GiB"
+    if need is None or have is None:
+        need, have, unit = _num(n.get("concurrency_tokens")), _num(n.get("kv_tokens")), "tokens"
+    if need is None or have is None or need <= have:
+        return None
+    short = _num(n.get("missing_gib")) if unit == "GiB" else None
+    return Bar(
+        f"KV cache against one sequence of --max-model-len ({fmt(need)} {unit})",
+        unit,
+        need,
+        (
+            Segment("kv", "KV cache available", have),
+            Segment("missing", "short of one sequence", short if short is not None else need - have),
+        ),
+    )
+
+
+def _profile(report: Report, d: Diagnosis) -> Bar | None:
+    m = dict(report.facts.get("memory") or {})
+    for key in ("total_gib", "free_gib", "requested_gib"):
+        if _num(d.numbers.get(key)) is not None:
+            m[key] = d.numbers[key]
+    total = _num(m.get("total_gib"))
+    if m.get("kv_gib") is None:
+        m["kv_gib"] = (report.facts.get("kv_cache") or {}).get("available_gib")
+    segs = [Segment(k, label, v) for k, label, name in _PROFILE if (v := _num(m.get(name))) is not None and v > 0]
+    others = _num(d.numbers.get("held_by_others_gib"))
+    free = _num(m.get("free_gib"))
+    if others is None and total is not None and free is not None and total - free > 0:
+        others = round(total - free, 2)
+    if others:
+        segs.append(Segment("other", "held by others at start (total - free)", others))
+    if total is None or not segs:
+        return None
+    rest = round(total - sum(s.value for s in segs), 2)
+    requested = _num(m.get("requested_gib"))
+    if rest > total * 0.005:
+        segs.append(Segment("free", _rest(segs, rest, total, requested), rest))
+    mark = (f"total x utilization {fmt(requested)} GiB", requested) if requested else None
+    return Bar(f"GPU memory ({fmt(total)} GiB)", "GiB", max(total, sum(s.value for s in segs)), tuple(segs), mark)
+
+
+def _rest(segs: list[Segment], rest: float, total: float, requested: float | None) -> str:
+    """What the memory outside every segment is, as far as the numbers say."""
+    if all(s.key == "other" for s in segs):
+        return "free at start"
+    if requested is not None and abs(rest - (total - requested)) < 0.05:
+        return "outside total x utilization"
+    return "not accounted for"
+
+
+def _slots(report: Report, d: Diagnosis) -> Bar | None:
+    tokens, length = _num(d.numbers.get("kv_tokens")), _num(d.numbers.get("max_model_len"))
+    seqs = d.numbers.get("worst_case_sequences")
+    if tokens is None or not length or not isinstance(seqs, int) or seqs < 1:
+        return None
+    if seqs <= SLOTS_DRAWN:
+        segs = [Segment("kv", "sequence of --max-model-len", length) for _ in range(seqs)]
+    else:
+        segs = [Segment("kv", f"{seqs} sequences of --max-model-len", seqs * length)]
+    rest = tokens - seqs * length
+    if rest > 0:
+        segs.append(Segment("free", "less than one more sequence", rest))
+    return Bar(f"KV cache ({fmt(tokens)} tokens) in sequences of --max-model-len", "tokens", tokens, tuple(segs))
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+# ---- the terminal ------------------------------------------------------------------------------
+
+LETTER = {"weights": "W", "activation": "A", "non_torch": "N", "cudagraph": "G", "kv": "K", "other": "O"}
+LETTER |= {"missing": "!", "free": "."}
+COLOUR = {"weights": "blue", "activation": "magenta", "non_torch": "yellow", "cudagraph": "cyan", "kv": "green"}
+COLOUR |= {"other": "bright_black", "missing": "red", "free": "white"}
+BAR_WIDTH = 56
+SPARK_WIDTH = 40
+RAMP = "▁▂▃▄▅▆▇█"
+PLAIN_RAMP = "_.:-=+*#"
+
+
+def cells(bar: Bar, width: int = BAR_WIDTH) -> list[int]:
+    """Characters per segment, summing to `width`; every segment gets at least one."""
+    raw = [s.value / bar.total * width if bar.total else 0 for s in bar.segments]
+    out = [max(1, int(r)) for r in raw]
+    for i in sorted(range(len(raw)), key=lambda i: raw[i] - int(raw[i]), reverse=True):
+        if sum(out) >= width:
+            break
+        out[i] += 1
+    while sum(out) > width and max(out) > 1:
+        out[out.index(max(out))] -= 1
+    return out
+
+
+def bar_lines(bar: Bar, colour: bool) -> list[Any]:
+    """The bar and its legend, as rich Text (colour) or plain text with one letter per segment."""
+    from rich.text import Text
+
+    line = Text("  ")
+    for seg, n in zip(bar.segments, cells(bar), strict=True):
+        if colour:
+            line.append(_swatch(seg.key) * n, style=COLOUR[seg.key])
+        else:
+            line.append(LETTER[seg.key] * n)
+    line.append(f"  {fmt(bar.total)} {bar.unit}")
+    out = [Text(f"  {bar.title}", style="bold" if colour else ""), line]
+    legend = Text("  ")
+    for seg, count in _legend(bar):
+        item = f"{f'{count} x ' if count > 1 else ''}{seg.label} {fmt(seg.value)}"
+        if legend.cell_len + len(item) + 5 > 80:
+            out.append(legend)
+            legend = Text("  ")
+        elif legend.plain.strip():
+            legend.append("   ")
+        legend.append(
+            _swatch(seg.key) + " " if colour else LETTER[seg.key] + " ", style=COLOUR[seg.key] if colour else ""
+        )
+        legend.append(item)
+    out.append(legend)
+    if bar.mark:
+        out.append(Text(f"  ({bar.mark[0]})", style="dim" if colour else ""))
+    return out
+
+
+def _swatch(key: str) -> str:
+    return "░" if key == "missing" else "█"
+
+
+def _legend(bar: Bar) -> list[tuple[Segment, int]]:
+    """One legend entry per kind and label, with how many segments it stands for (KV slots)."""
+    seen: dict[tuple[str, str], list[Segment]] = {}
+    for s in bar.segments:
+        seen.setdefault((s.key, s.label), []).append(s)
+    return [(segs[0], len(segs)) for segs in seen.values()]
+
+
+def points(report: Report, name: str) -> list[tuple[int, float]]:
+    """(line, value) of every drawn sample that has `name`."""
+    return [(p["line"], float(p[name])) for p in report.series if p.get(name) is not None]
+
+
+def spark(series: list[tuple[int, float]], top: float, width: int = SPARK_WIDTH, colour: bool = True) -> str:
+    """The series in at most `width` characters, each the highest sample of its stretch of lines."""
+    ramp = RAMP if colour else PLAIN_RAMP
+    if len(series) > width:
+        lo, hi = series[0][0], series[-1][0]
+        buckets: list[float | None] = [None] * width
+        for x, v in series:
+            i = min(width - 1, (x - lo) * width // max(1, hi - lo + 1))
+            buckets[i] = max(v, buckets[i] or 0.0)
+        values, last = [], 0.0
+        for b in buckets:
+            last = b if b is not None else last
+            values.append(last)
+    else:
+        values = [v for _, v in series]
+    return "".join(ramp[min(len(ramp) - 1, int(v / top * (len(ramp) - 1) + 0.5)) if top > 0 else 0] for v in values)
+
+
+def queue_lines(report: Report, colour: bool) -> list[str]:
+    """Waiting and KV usage over the samples, when two or more were drawn; the max is the report's."""
+    waiting, kv = points(report, "waiting"), points(report, "kv_usage_pct")
+    stats = report.facts.get("stats") or {}
+    out = []
+    times = [p["time"] for p in report.series if p.get("time")]
+    span = f", {times[0][6:]} to {times[-1][6:]}" if len(times) > 1 else ""
+    top = stats.get("waiting_max") or max((v for _, v in waiting), default=0)
+    if len(waiting) > 1:
+        out.append(f"  Waiting   {spark(waiting, top, colour=colour)}  max {fmt(top)}{span}")
+    if len(kv) > 1:
+        kv_max = stats.get("kv_usage_max_pct")
+        out.append(f"  KV usage  {spark(kv, 100.0, colour=colour)}  max {fmt(kv_max)}%")
+    return out
+
+
+def show(console: Any, report: Report, d: Diagnosis) -> None:
+    """Print the diagnosis's pictures on a rich console: colour blocks on a terminal, letters and
+    ASCII under NO_COLOR and in pipes."""
+    colour = not console.no_color and console.color_system is not None
+    bar = memory_bar(report, d)
+    for line in bar_lines(bar, colour) if bar else []:
+        console.print(line)
+    for text in queue_lines(report, colour) if is_queue(d.category) else []:
+        console.print(text, markup=False, highlight=False)
