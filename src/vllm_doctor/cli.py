@@ -46,6 +46,7 @@ class Format(str, Enum):
     text = "text"
     markdown = "markdown"
     json = "json"
+    html = "html"
 
 
 class FailOn(str, Enum):

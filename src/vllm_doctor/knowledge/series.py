@@ -38,12 +38,3 @@ def keep(points: list[dict[str, Any]], new: dict[str, Any]) -> None:
 
 def _busy(p: dict[str, Any]) -> tuple[float, float]:
     return (p.get("waiting") or 0, p.get("kv_usage_pct") or 0.0)
-
-
-def seconds(time: str | None) -> int | None:
-    """A point's time as seconds in a year of 31-day months (for spacing points on an axis)."""
-    t = _TIME.search(time or "")
-    if t is None:
-        return None
-    mo, d, h, m, s = (int(x) for x in t.groups())
-    return ((mo * 31 + d) * 24 + h) * 3600 + m * 60 + s
