@@ -40,9 +40,9 @@ def render(report: Report, redact: bool = True) -> str:
     """The page for `explain --format html`; secrets masked as in the Markdown unless redact=False."""
     from vllm_doctor.render.markdown import render as to_markdown
 
-    mask = None
-    if redact:
-        from vllm_doctor.render.redact import redact as mask
+    from vllm_doctor.render.redact import redact as masked
+
+    mask = masked if redact else None
     return page(report, to_markdown(report, redact), mask)
 
 
