@@ -36,11 +36,12 @@ class Bar:
     total: float
     segments: tuple[Segment, ...]
     mark: tuple[str, float] | None = None  # a line across the bar: (label, value), e.g. total x utilization
+    name: str = "KV cache"  # the terminal's label before the bar
 
 
 _PROFILE = (
     ("weights", "weights", "weights_gib"),
-    ("activation", "activation peak", "activation_gib"),
+    ("activation", "activation", "activation_gib"),
     ("non_torch", "non-torch", "non_torch_gib"),
     ("cudagraph", "CUDA graphs", "cudagraph_gib"),
     ("kv", "KV cache", "kv_gib"),
@@ -89,7 +90,7 @@ def _profile(report: Report, d: Diagnosis) -> Bar | None:
     if others is None and total is not None and free is not None and total - free > 0:
         others = round(total - free, 2)
     if others:
-        segs.append(Segment("other", "held by others at start (total - free)", others))
+        segs.append(Segment("other", "others at start (total - free)", others))
     if total is None or not segs:
         return None
     rest = round(total - sum(s.value for s in segs), 2)
@@ -97,7 +98,9 @@ def _profile(report: Report, d: Diagnosis) -> Bar | None:
     if rest > total * 0.005:
         segs.append(Segment("free", _rest(segs, rest, total, requested), rest))
     mark = (f"total x utilization {fmt(requested)} GiB", requested) if requested else None
-    return Bar(f"GPU memory ({fmt(total)} GiB)", "GiB", max(total, sum(s.value for s in segs)), tuple(segs), mark)
+    return Bar(
+        f"GPU memory ({fmt(total)} GiB)", "GiB", max(total, sum(s.value for s in segs)), tuple(segs), mark, "Memory"
+    )
 
 
 def _rest(segs: list[Segment], rest: float, total: float, requested: float | None) -> str:
@@ -105,7 +108,7 @@ def _rest(segs: list[Segment], rest: float, total: float, requested: float | Non
     if all(s.key == "other" for s in segs):
         return "free at start"
     if requested is not None and abs(rest - (total - requested)) < 0.05:
-        return "outside total x utilization"
+        return "beyond utilization"
     return "not accounted for"
 
 
@@ -134,8 +137,8 @@ LETTER = {"weights": "W", "activation": "A", "non_torch": "N", "cudagraph": "G",
 LETTER |= {"missing": "!", "free": "."}
 COLOUR = {"weights": "blue", "activation": "magenta", "non_torch": "yellow", "cudagraph": "cyan", "kv": "green"}
 COLOUR |= {"other": "bright_black", "missing": "red", "free": "white"}
-BAR_WIDTH = 56
-SPARK_WIDTH = 40
+BAR_WIDTH = 48
+SPARK_WIDTH = 32
 RAMP = "▁▂▃▄▅▆▇█"
 PLAIN_RAMP = "_.:-=+*#"
 
@@ -157,29 +160,31 @@ def bar_lines(bar: Bar, colour: bool) -> list[Any]:
     """The bar and its legend, as rich Text (colour) or plain text with one letter per segment."""
     from rich.text import Text
 
-    line = Text("  ")
-    for seg, n in zip(bar.segments, cells(bar), strict=True):
+    line = Text(f"  {bar.name:<9} ", style="bold" if colour else "")
+    for i, (seg, n) in enumerate(zip(bar.segments, cells(bar), strict=True)):
+        alt = i % 2 == 1 and seg.key == "kv" == bar.segments[i - 1].key  # neighbouring KV slots stay apart
         if colour:
-            line.append(_swatch(seg.key) * n, style=COLOUR[seg.key])
+            line.append(_swatch(seg.key) * n, style=f"not bold {'bright_green' if alt else COLOUR[seg.key]}")
         else:
-            line.append(LETTER[seg.key] * n)
+            line.append((LETTER[seg.key].lower() if alt else LETTER[seg.key]) * n)
     line.append(f"  {fmt(bar.total)} {bar.unit}")
-    out = [Text(f"  {bar.title}", style="bold" if colour else ""), line]
+    out = [line]
     legend = Text("  ")
-    for seg, count in _legend(bar):
-        item = f"{f'{count} x ' if count > 1 else ''}{seg.label} {fmt(seg.value)}"
-        if legend.cell_len + len(item) + 5 > 80:
+    items = [
+        (seg.key, f"{f'{count} x ' if count > 1 else ''}{seg.label} {fmt(seg.value)}") for seg, count in _legend(bar)
+    ]
+    if bar.mark:
+        items.append(("mark", f"{bar.mark[0]}"))
+    for key, item in items:
+        if legend.cell_len + len(item) + 5 > 79:
             out.append(legend)
             legend = Text("  ")
         elif legend.plain.strip():
             legend.append("   ")
-        legend.append(
-            _swatch(seg.key) + " " if colour else LETTER[seg.key] + " ", style=COLOUR[seg.key] if colour else ""
-        )
-        legend.append(item)
+        mark = "|" if key == "mark" else _swatch(key) if colour else LETTER[key]
+        legend.append(mark + " ", style=COLOUR.get(key, "") if colour else "")
+        legend.append(item, style="dim" if colour and key == "mark" else "")
     out.append(legend)
-    if bar.mark:
-        out.append(Text(f"  ({bar.mark[0]})", style="dim" if colour else ""))
     return out
 
 

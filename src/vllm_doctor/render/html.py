@@ -39,7 +39,6 @@ _CHARTS = (  # the restarts first: they say which start the rest is about
 def render(report: Report, redact: bool = True) -> str:
     """The page for `explain --format html`; secrets masked as in the Markdown unless redact=False."""
     from vllm_doctor.render.markdown import render as to_markdown
-
     from vllm_doctor.render.redact import redact as masked
 
     mask = masked if redact else None
