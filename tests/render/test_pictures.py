@@ -91,6 +91,30 @@ def test_memory_held_by_other_processes_is_vllms_figure():
     ]
 
 
+def test_this_machines_gpu_is_drawn_only_when_the_log_is_from_it():
+    """NVML's snapshot (the one faked adapter's data) as its own bar, in NVML's MiB, beside the log's profile."""
+    from vllm_doctor.capacity.gpu import GpuDevice, GpuProcess, GpuSnapshot
+
+    dev = GpuDevice(0, "NVIDIA L4", 23034, 20790, 2244, [GpuProcess(4242, "python3", 20480)])
+    snap = GpuSnapshot(True, devices=[dev], driver_version="550.54.15", cuda_version="12.4")
+    log = FIXTURES / "logs/cache-oom/0.6.3_v0-profile-summary-and-multiline-command.log"
+    here = explain([str(log)], options=Options(gpu_snapshot=snap, this_host=True))
+    bar = bars.gpu_bar(here)
+    assert bar is not None and bar.total == 23034 and bar.unit == "MiB"
+    assert [(s.label, s.value) for s in bar.segments] == [
+        ("pid 4242 python3", 20480),
+        ("used, by no process listed", 310),
+        ("free", 2244),
+    ]
+    text = to_text(here)
+    assert (
+        text.count("  GPU now   OOOO") == 1 and text.count("  Memory    WWWW") == 1
+    )  # once, for two capacity diagnoses
+    assert "NVIDIA L4 now" in (svg.memory(here) or "")
+    elsewhere = explain([str(log)], options=Options(gpu_snapshot=snap, this_host=False))
+    assert bars.gpu_bar(elsewhere) is None and "GPU now" not in to_text(elsewhere)
+
+
 def test_queue_saturation_sparklines_follow_the_samples():
     report = report_of(LAB / "queue-saturation.log")
     waiting = [p["waiting"] for p in report.series]

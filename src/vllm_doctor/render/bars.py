@@ -91,6 +91,7 @@ def _profile(report: Report, d: Diagnosis) -> Bar | None:
         others = round(total - free, 2)
     if others:
         segs.append(Segment("other", "others at start (total - free)", others))
+
     if total is None or not segs:
         return None
     rest = round(total - sum(s.value for s in segs), 2)
@@ -100,6 +101,28 @@ def _profile(report: Report, d: Diagnosis) -> Bar | None:
     mark = (f"total x utilization {fmt(requested)} GiB", requested) if requested else None
     return Bar(
         f"GPU memory ({fmt(total)} GiB)", "GiB", max(total, sum(s.value for s in segs)), tuple(segs), mark, "Memory"
+    )
+
+
+def gpu_bar(report: Report) -> Bar | None:
+    """This machine's GPU 0 now, from NVML, when the log is from this machine: each process's
+    MiB and the free MiB, as the report's GPU line states them."""
+    gpu = report.facts.get("gpu") or {}
+    if gpu.get("this_host") is not True or not gpu.get("available") or not gpu.get("devices"):
+        return None
+    dev = gpu["devices"][0]
+    segs = [Segment("other", f"pid {p['pid']} {p['name']}", p["used_mib"]) for p in dev["processes"] if p["used_mib"]]
+    unlisted = dev["used_mib"] - sum(s.value for s in segs)
+    if unlisted > 0:
+        segs.append(Segment("non_torch", "used, by no process listed", unlisted))
+    segs.append(Segment("free", "free", dev["free_mib"]))
+    return Bar(
+        f"GPU {dev['index']} {dev['name']} now (NVML, this machine)",
+        "MiB",
+        dev["total_mib"],
+        tuple(segs),
+        None,
+        "GPU now",
     )
 
 
@@ -243,8 +266,13 @@ def show(console: Any, report: Report, d: Diagnosis) -> None:
     """Print the diagnosis's pictures on a rich console: colour blocks on a terminal, letters and
     ASCII under NO_COLOR and in pipes."""
     colour = not console.no_color and console.color_system is not None
-    bar = memory_bar(report, d)
-    for line in bar_lines(bar, colour) if bar else []:
-        console.print(line)
+    earlier = report.diagnoses[: report.diagnoses.index(d)]
+    drawn = [memory_bar(report, e) for e in earlier] + [
+        gpu_bar(report) if e.category in CAPACITY else None for e in earlier
+    ]
+    for bar in (memory_bar(report, d), gpu_bar(report) if d.category in CAPACITY else None):
+        if bar is not None and bar not in drawn:  # the profile or the GPU of two capacity diagnoses: drawn once
+            for line in bar_lines(bar, colour):
+                console.print(line)
     for text in queue_lines(report, colour) if is_queue(d.category) else []:
         console.print(text, markup=False, highlight=False)

@@ -13,7 +13,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from vllm_doctor.data import Report
 from vllm_doctor.matching.expr import fmt
-from vllm_doctor.render.bars import Bar, is_queue, memory_bar
+from vllm_doctor.render.bars import CAPACITY, Bar, gpu_bar, is_queue, memory_bar
 
 WIDTH = 720
 FILL = {"weights": "#4c78a8", "activation": "#b279a2", "non_torch": "#eeca3b", "cudagraph": "#72b7b2"}
@@ -46,6 +46,9 @@ def memory(report: Report) -> str | None:
         bar = memory_bar(report, d)
         if bar is not None:
             found.setdefault(bar.title, bar)
+    now = gpu_bar(report) if any(d.category in CAPACITY for d in report.diagnoses) else None
+    if now is not None:
+        found.setdefault(now.title, now)
     if not found:
         return None
     body: list[str] = []
@@ -120,7 +123,8 @@ def queue(report: Report) -> str | None:
 
     stats = report.facts.get("stats") or {}
     wmax = max(stats.get("waiting_max") or 0, stats.get("running_max") or 0, 1)
-    body = [_axes(pts, left, right, top, bottom, wmax)]
+    unit = "scrape" if report.facts.get("metrics") else "line"
+    body = [_axes(pts, left, right, top, bottom, wmax, unit)]
     for name, label, colour in LINES:
         scale = 100.0 if name == "kv_usage_pct" else float(wmax)
         coords = [
@@ -135,7 +139,7 @@ def queue(report: Report) -> str | None:
             f'<g class="series series-{name}"><polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>'
         )
         for (a, b), p in zip(coords, [p for p in pts if p.get(name) is not None], strict=True):
-            tip = f"line {p['line']}{' ' + p['time'] if p['time'] else ''}: {label} {fmt(p[name])}"
+            tip = f"{unit} {p['line']}{' ' + p['time'] if p['time'] else ''}: {label} {fmt(p[name])}"
             body.append(
                 f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.5" fill="{colour}"><title>{escape(tip)}</title></circle>'
             )
@@ -168,9 +172,9 @@ def _seconds(time: str | None) -> int | None:
     return ((mo * 31 + d) * 24 + h) * 3600 + m * 60 + s
 
 
-def _axes(pts: list[dict], left: float, right: float, top: float, bottom: float, wmax: int) -> str:
+def _axes(pts: list[dict], left: float, right: float, top: float, bottom: float, wmax: int, unit: str) -> str:
     first, last = pts[0], pts[-1]
-    at = [(p.get("time") or "")[6:] or f"line {p['line']}" for p in (first, last)]
+    at = [(p.get("time") or "")[6:] or f"{unit} {p['line']}" for p in (first, last)]
     out = [f'<g class="axis axis-x"><line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#555"/>']
     out += [_text(left, bottom + 18, at[0]), _text(right, bottom + 18, at[1], anchor="end"), "</g>"]
     out.append(f'<g class="axis axis-y"><line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#555"/>')
