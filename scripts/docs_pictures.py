@@ -43,8 +43,7 @@ def main() -> None:
     ):
         (OUT / name).write_text('<?xml version="1.0" encoding="UTF-8"?>\n' + (draw(report) or ""), encoding="utf-8")
     oom, queue = reports["cache-oom"], reports["queue-saturation"]
-    bar = bars.memory_bar(oom, oom.diagnoses[0])
-    lines = [t.plain for t in bars.bar_lines(bar, colour=False)] if bar else []
+    lines = [t.plain for bar in bars.all_bars(oom) for t in bars.bar_lines(bar, colour=False)]
     print("\n".join(lines + bars.queue_lines(queue, colour=False)))  # the README's terminal picture
     page = tmp / "report.html"
     page.write_text(html.render(reports["restarts"]), encoding="utf-8")

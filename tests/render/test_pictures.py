@@ -52,7 +52,7 @@ def diag(report, category: str):
 def test_cache_oom_bar_is_the_cache_against_one_sequence():
     report = report_of(LAB / "cache-oom.log")
     d = diag(report, "cache-oom")
-    bar = bars.memory_bar(report, d)
+    bar = bars.memory_bars(report, d)[0]
     assert bar is not None and bar.total == d.numbers["needed_gib"] == 4.0
     assert [(s.key, s.value) for s in bar.segments] == [
         ("kv", d.numbers["available_gib"]),
@@ -66,7 +66,7 @@ def test_cache_oom_bar_is_the_cache_against_one_sequence():
 
 def test_a_v0_memory_profile_is_drawn_from_vllms_own_numbers():
     report = report_of(V0_PROFILE)
-    bar = bars.memory_bar(report, diag(report, "kv-capacity"))
+    (bar,) = bars.memory_bars(report, diag(report, "kv-capacity"))
     mem = report.facts["memory"]
     assert (
         bar is not None
@@ -80,10 +80,40 @@ def test_a_v0_memory_profile_is_drawn_from_vllms_own_numbers():
     assert lines[0].startswith("  Memory    WWWWWWWW") and len(lines) == 3 and all(len(x) <= 80 for x in lines)
 
 
+def test_a_torch_oom_is_the_gpu_at_the_error_in_its_own_figures():
+    report = report_of(FIXTURES / "logs/weights-oom/0.10.1_v1-oom-in-load-model-tp1.log")
+    d = diag(report, "weights-oom")
+    assert (d.numbers["alloc"], d.numbers["total"], d.numbers["free"], d.numbers["free_unit"]) == (
+        1.16,
+        79.19,
+        846.0,
+        "MiB",
+    )
+    (bar,) = bars.memory_bars(report, d)
+    assert [(s.key, s.label, s.value) for s in bar.segments] == [
+        ("other", "in use (total - free)", 78.36),
+        ("free", "free (846 MiB)", 0.83),
+        ("missing", "short of the 1.16 GiB allocation", 0.33),
+    ]
+    assert bar.mark == ("GPU total 79.19 GiB", 79.19)
+    line = drawn(to_text(report))[0]
+    assert line.endswith("O.!") and "79.52" not in line  # the segments' sum is no figure of vLLM's: not printed
+
+
+def test_a_cache_oom_with_a_profile_shows_both_what_failed_and_where_memory_went():
+    report = report_of(FIXTURES / "logs/cache-oom/0.6.3_v0-profile-summary-and-multiline-command.log")
+    assert [b.name for b in bars.all_bars(report)] == ["KV cache", "Memory"]
+    assert bars.all_bars(report)[0].total == diag(report, "cache-oom").numbers["max_model_len"] == 131072
+    text = to_text(report)
+    assert (
+        text.count("  KV cache  KKKK") == 1 and text.count("  Memory    WWWW") == 1
+    )  # the profile once, for two diagnoses
+
+
 def test_memory_held_by_other_processes_is_vllms_figure():
     report = report_of(OCCUPIED)
     d = diag(report, "gpu-memory-occupied")
-    bar = bars.memory_bar(report, d)
+    bar = bars.memory_bars(report, d)[0]
     assert bar is not None
     assert [(s.key, s.value) for s in bar.segments] == [
         ("other", d.numbers["held_by_others_gib"]),
@@ -209,3 +239,10 @@ def test_explain_writes_html(tmp_path):
     assert r.exit_code in (0, 1), r.output
     page = out.read_text()
     assert 'class="segment seg-missing"' in page and "short of one sequence: 3.02 GiB" in page
+
+
+def test_a_plan_as_html_is_its_markdown_in_a_page():
+    args = ["plan", "--params", "7B", "--layers", "32", "--heads", "32", "--kv-heads", "8", "--head-dim", "128"]
+    r = CliRunner().invoke(app, [*args, "--gpu-memory", "80GiB", "--format", "html"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("<!DOCTYPE html>") and "Valid `--tensor-parallel-size`: 1, 2, 4, 8" in r.output

@@ -2,7 +2,8 @@
 a queue diagnosis's samples as sparklines. Pure functions; svg.py draws the same data.
 
 Every segment is a number vLLM printed (its memory profile, the diagnosis's numbers), or a
-difference of two of them, labelled as such ("held by others: total - free at start"). Nothing is
+difference of two of them, labelled as such ("others at start (total - free)"); this machine's
+GPU only when the log is from it, as NVML's own MiB. Nothing is
 drawn when there is nothing to draw: no numbers, fewer than two samples.
 """
 
@@ -24,7 +25,7 @@ def is_queue(category: str) -> bool:
 
 @dataclass(frozen=True)
 class Segment:
-    key: str  # weights activation non_torch cudagraph kv other missing free: its colour and letter
+    key: str  # weights activation non_torch cudagraph kv other unlisted missing free: its colour and letter
     label: str
     value: float
 
@@ -32,11 +33,12 @@ class Segment:
 @dataclass(frozen=True)
 class Bar:
     title: str
-    unit: str  # "GiB" or "tokens"
+    unit: str  # "GiB", "tokens" or "MiB" (NVML's)
     total: float
     segments: tuple[Segment, ...]
     mark: tuple[str, float] | None = None  # a line across the bar: (label, value), e.g. total x utilization
     name: str = "KV cache"  # the terminal's label before the bar
+    sum_only: bool = False  # the total is only the segments' sum (no figure of vLLM's): not printed
 
 
 _PROFILE = (
@@ -48,21 +50,45 @@ _PROFILE = (
 )
 
 
-def memory_bar(report: Report, d: Diagnosis) -> Bar | None:
-    """The bar of a capacity diagnosis: what one sequence needs against what the cache has (a
-    cache OOM), else the memory profile, else the cache in worst-case sequences."""
+def memory_bars(report: Report, d: Diagnosis) -> list[Bar]:
+    """A capacity diagnosis's bars: what failed (one sequence against the cache, or PyTorch's
+    out-of-memory figures) and the memory profile, else the cache in worst-case sequences; then
+    this machine's GPU when the log is from it."""
     if d.category not in CAPACITY:
-        return None
-    return _need(d) or _profile(report, d) or _slots(report, d)
+        return []
+    found = [b for b in (_need(d) or _torch_oom(d), _profile(report, d)) if b is not None]
+    found += [b for b in (None if found else _slots(report, d), gpu_bar(report)) if b is not None]
+    return found
+
+
+def all_bars(report: Report, upto: Diagnosis | None = None) -> list[Bar]:
+    """Every capacity diagnosis's bars once, in order (those before `upto` only, if given)."""
+    out: list[Bar] = []
+    for d in report.diagnoses:
+        if d is upto:
+            break
+        out += [b for b in memory_bars(report, d) if b not in out]
+    return out
+
+
+# (what one sequence needs, what the cache holds, unit): the pairs the cache-OOM rules state
+_NEED = (
+    ("needed_gib", "available_gib", "GiB"),
+    ("concurrency_tokens", "kv_tokens", "tokens"),
+    ("max_model_len", "kv_tokens", "tokens"),
+    ("len", "kv_cache.tokens", "tokens"),
+)
+_UNIT_GIB = {"B": 2.0**-30, "KiB": 2.0**-20, "MiB": 2.0**-10, "GiB": 1.0, "TiB": 1024.0}
 
 
 def _need(d: Diagnosis) -> Bar | None:
     n = d.numbers
-    need, have = _num(n.get("needed_gib")), _num(n.get("available_gib"))
-    unit = "GiB"
-    if need is None or have is None:
-        need, have, unit = _num(n.get("concurrency_tokens")), _num(n.get("kv_tokens")), "tokens"
-    if need is None or have is None or need <= have:
+    for need_name, have_name, unit_name in _NEED:
+        need, have = _num(n.get(need_name)), _num(n.get(have_name))
+        if need is not None and have is not None and need > have:
+            unit = unit_name
+            break
+    else:
         return None
     short = _num(n.get("missing_gib")) if unit == "GiB" else None
     return Bar(
@@ -73,6 +99,36 @@ def _need(d: Diagnosis) -> Bar | None:
             Segment("kv", "KV cache available", have),
             Segment("missing", "short of one sequence", short if short is not None else need - have),
         ),
+    )
+
+
+def _torch_oom(d: Diagnosis) -> Bar | None:
+    """PyTorch's out-of-memory message: the GPU's total, what was free, the allocation that failed."""
+    n = d.numbers
+    got = [(_num(n.get(k)), _UNIT_GIB.get(str(n.get(f"{k}_unit")))) for k in ("alloc", "total", "free")]
+    if any(v is None or scale is None for v, scale in got):
+        return None
+    (alloc, a), (total, t), (free, f) = got
+    alloc_gib, total_gib, free_gib = (round(v * s, 2) for v, s in ((alloc, a), (total, t), (free, f)))  # type: ignore[operator]
+    segs = [
+        Segment("other", "in use (total - free)", round(total_gib - free_gib, 2)),
+        Segment("free", f"free ({fmt(free)} {n['free_unit']})", free_gib),
+    ]
+    if alloc_gib > free_gib:
+        segs.append(
+            Segment(
+                "missing", f"short of the {fmt(alloc)} {n['alloc_unit']} allocation", round(alloc_gib - free_gib, 2)
+            )
+        )
+    mark = (f"GPU total {fmt(total)} {n['total_unit']}", total_gib)
+    return Bar(
+        f"GPU memory at the out-of-memory error ({fmt(total)} {n['total_unit']})",
+        "GiB",
+        sum(s.value for s in segs),
+        tuple(segs),
+        mark,
+        "Memory",
+        sum_only=True,
     )
 
 
@@ -114,7 +170,7 @@ def gpu_bar(report: Report) -> Bar | None:
     segs = [Segment("other", f"pid {p['pid']} {p['name']}", p["used_mib"]) for p in dev["processes"] if p["used_mib"]]
     unlisted = dev["used_mib"] - sum(s.value for s in segs)
     if unlisted > 0:
-        segs.append(Segment("non_torch", "used, by no process listed", unlisted))
+        segs.append(Segment("unlisted", "used, by no process listed", unlisted))
     segs.append(Segment("free", "free", dev["free_mib"]))
     return Bar(
         f"GPU {dev['index']} {dev['name']} now (NVML, this machine)",
@@ -157,9 +213,9 @@ def _num(v: Any) -> float | None:
 # ---- the terminal ------------------------------------------------------------------------------
 
 LETTER = {"weights": "W", "activation": "A", "non_torch": "N", "cudagraph": "G", "kv": "K", "other": "O"}
-LETTER |= {"missing": "!", "free": "."}
+LETTER |= {"unlisted": "U", "missing": "!", "free": "."}
 COLOUR = {"weights": "blue", "activation": "magenta", "non_torch": "yellow", "cudagraph": "cyan", "kv": "green"}
-COLOUR |= {"other": "bright_black", "missing": "red", "free": "white"}
+COLOUR |= {"other": "bright_black", "unlisted": "white", "missing": "red", "free": "white"}
 BAR_WIDTH = 48
 SPARK_WIDTH = 32
 RAMP = "▁▂▃▄▅▆▇█"
@@ -190,7 +246,7 @@ def bar_lines(bar: Bar, colour: bool) -> list[Any]:
             line.append(_swatch(seg.key) * n, style=f"not bold {'bright_green' if alt else COLOUR[seg.key]}")
         else:
             line.append((LETTER[seg.key].lower() if alt else LETTER[seg.key]) * n)
-    line.append(f"  {fmt(bar.total)} {bar.unit}")
+    line.append("" if bar.sum_only else f"  {fmt(bar.total)} {bar.unit}")
     out = [line]
     legend = Text("  ")
     items = [
@@ -266,12 +322,10 @@ def show(console: Any, report: Report, d: Diagnosis) -> None:
     """Print the diagnosis's pictures on a rich console: colour blocks on a terminal, letters and
     ASCII under NO_COLOR and in pipes."""
     colour = not console.no_color and console.color_system is not None
-    earlier = report.diagnoses[: report.diagnoses.index(d)]
-    drawn = [memory_bar(report, e) for e in earlier] + [
-        gpu_bar(report) if e.category in CAPACITY else None for e in earlier
-    ]
-    for bar in (memory_bar(report, d), gpu_bar(report) if d.category in CAPACITY else None):
-        if bar is not None and bar not in drawn:  # the profile or the GPU of two capacity diagnoses: drawn once
+    drawn = all_bars(report, upto=d)  # a profile or a GPU shared by two diagnoses: drawn once
+    for bar in memory_bars(report, d):
+        if bar not in drawn:
+            drawn.append(bar)
             for line in bar_lines(bar, colour):
                 console.print(line)
     for text in queue_lines(report, colour) if is_queue(d.category) else []:

@@ -1,5 +1,5 @@
 """The report's pictures as SVG, drawn here (no plotting library, no script, no font to fetch):
-the memory bars (bars.memory_bar), the queue over time with the failure marked, the restarts.
+the memory bars (bars.all_bars), the queue over time with the failure marked, the restarts.
 
 Each chart is a standalone <svg> that scales to its container (viewBox, width 100%), so the same
 text is a file beside report.md (memory.svg, queue.svg) and inline in report.html. Elements carry
@@ -13,11 +13,11 @@ from xml.sax.saxutils import escape, quoteattr
 
 from vllm_doctor.data import Report
 from vllm_doctor.matching.expr import fmt
-from vllm_doctor.render.bars import CAPACITY, Bar, gpu_bar, is_queue, memory_bar
+from vllm_doctor.render.bars import Bar, all_bars, is_queue
 
 WIDTH = 720
 FILL = {"weights": "#4c78a8", "activation": "#b279a2", "non_torch": "#eeca3b", "cudagraph": "#72b7b2"}
-FILL |= {"kv": "#54a24b", "other": "#9d9d9d", "missing": "#e45756", "free": "#e8e8e8"}
+FILL |= {"kv": "#54a24b", "other": "#9d9d9d", "unlisted": "#c7c7c7", "missing": "#e45756", "free": "#e8e8e8"}
 STATUS = {"failed": "#e45756", "degraded": "#f58518", "healthy": "#54a24b", "unknown": "#9d9d9d"}
 LINES = (
     ("waiting", "Waiting", "#e45756"),
@@ -39,23 +39,21 @@ def _text(x: float, y: float, s: str, cls: str = "", anchor: str = "start", fill
     return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{fill}"{c}>{escape(s)}</text>'
 
 
+def _anchor(x: float) -> str:
+    """Where a label at x hangs so it stays inside the picture."""
+    return "end" if x > WIDTH * 0.75 else "start" if x < WIDTH * 0.25 else "middle"
+
+
 def memory(report: Report) -> str | None:
     """Every capacity diagnosis's bar, one under the other; None when none has numbers."""
-    found: dict[str, Bar] = {}
-    for d in report.diagnoses:
-        bar = memory_bar(report, d)
-        if bar is not None:
-            found.setdefault(bar.title, bar)
-    now = gpu_bar(report) if any(d.category in CAPACITY for d in report.diagnoses) else None
-    if now is not None:
-        found.setdefault(now.title, now)
+    found = all_bars(report)
     if not found:
         return None
     body: list[str] = []
     y = 0.0
-    for bar in found.values():
+    for bar in found:
         y = _bar(bar, y, body)
-    return _svg(y + 8, "Memory: " + "; ".join(found), body)
+    return _svg(y + 8, "Memory: " + "; ".join(b.title for b in found), body)
 
 
 def _bar(bar: Bar, y: float, body: list[str]) -> float:
@@ -75,16 +73,14 @@ def _bar(bar: Bar, y: float, body: list[str]) -> float:
     body.append("</g>")
     axis = top + 36
     body.append(f'<g class="axis"><line x1="{left}" y1="{axis}" x2="{left + width}" y2="{axis}" stroke="#555"/>')
-    body.append(
-        _text(left, axis + 15, f"0 {bar.unit}")
-        + _text(left + width, axis + 15, f"{fmt(bar.total)} {bar.unit}", anchor="end")
-    )
+    end = "" if bar.sum_only else _text(left + width, axis + 15, f"{fmt(bar.total)} {bar.unit}", anchor="end")
+    body.append(_text(left, axis + 15, f"0 {bar.unit}") + end)
     body.append("</g>")
     if bar.mark:
         mx = left + bar.mark[1] / bar.total * width
         body.append(
             f'<g class="mark"><line x1="{mx:.1f}" y1="{top - 4:.1f}" x2="{mx:.1f}" y2="{top + 34:.1f}" '
-            f'stroke="#222" stroke-dasharray="4 3"/>{_text(mx, axis + 15, bar.mark[0], anchor="middle")}</g>'
+            f'stroke="#222" stroke-dasharray="4 3"/>{_text(mx, axis + 15, bar.mark[0], anchor=_anchor(mx))}</g>'
         )
     ly = axis + 36
     body.append('<g class="legend">')
