@@ -105,24 +105,21 @@ def _need(d: Diagnosis) -> Bar | None:
 def _torch_oom(d: Diagnosis) -> Bar | None:
     """PyTorch's out-of-memory message: the GPU's total, what was free, the allocation that failed."""
     n = d.numbers
-    got = [(_num(n.get(k)), _UNIT_GIB.get(str(n.get(f"{k}_unit")))) for k in ("alloc", "total", "free")]
-    if any(v is None or scale is None for v, scale in got):
+    alloc_gib, total_gib, free_gib = (_gib(n, k) for k in ("alloc", "total", "free"))
+    if alloc_gib is None or total_gib is None or free_gib is None:
         return None
-    (alloc, a), (total, t), (free, f) = got
-    alloc_gib, total_gib, free_gib = (round(v * s, 2) for v, s in ((alloc, a), (total, t), (free, f)))  # type: ignore[operator]
+    alloc, total, free = (fmt(n[k]) for k in ("alloc", "total", "free"))
     segs = [
         Segment("other", "in use (total - free)", round(total_gib - free_gib, 2)),
-        Segment("free", f"free ({fmt(free)} {n['free_unit']})", free_gib),
+        Segment("free", f"free ({free} {n['free_unit']})", free_gib),
     ]
     if alloc_gib > free_gib:
         segs.append(
-            Segment(
-                "missing", f"short of the {fmt(alloc)} {n['alloc_unit']} allocation", round(alloc_gib - free_gib, 2)
-            )
+            Segment("missing", f"short of the {alloc} {n['alloc_unit']} allocation", round(alloc_gib - free_gib, 2))
         )
-    mark = (f"GPU total {fmt(total)} {n['total_unit']}", total_gib)
+    mark = (f"GPU total {total} {n['total_unit']}", total_gib)
     return Bar(
-        f"GPU memory at the out-of-memory error ({fmt(total)} {n['total_unit']})",
+        f"GPU memory at the out-of-memory error ({total} {n['total_unit']})",
         "GiB",
         sum(s.value for s in segs),
         tuple(segs),
@@ -130,6 +127,12 @@ def _torch_oom(d: Diagnosis) -> Bar | None:
         "Memory",
         sum_only=True,
     )
+
+
+def _gib(numbers: dict[str, Any], name: str) -> float | None:
+    """A number and its unit ("846.0", "MiB") in GiB, to two places; None without either."""
+    value, scale = _num(numbers.get(name)), _UNIT_GIB.get(str(numbers.get(f"{name}_unit")))
+    return None if value is None or scale is None else round(value * scale, 2)
 
 
 def _profile(report: Report, d: Diagnosis) -> Bar | None:
@@ -147,7 +150,6 @@ def _profile(report: Report, d: Diagnosis) -> Bar | None:
         others = round(total - free, 2)
     if others:
         segs.append(Segment("other", "others at start (total - free)", others))
-
     if total is None or not segs:
         return None
     rest = round(total - sum(s.value for s in segs), 2)

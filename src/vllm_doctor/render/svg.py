@@ -140,7 +140,7 @@ def queue(report: Report) -> str | None:
                 f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.5" fill="{colour}"><title>{escape(tip)}</title></circle>'
             )
         body.append("</g>")
-    for x, label in _markers(report, pts, xs):
+    for x, label in _markers(report, pts, xs, unit):
         body.append(
             f'<g class="failure-marker"><line x1="{px(x):.1f}" y1="{top - 6}" x2="{px(x):.1f}" y2="{bottom}" '
             f'stroke="#b00" stroke-width="2" stroke-dasharray="6 3"/>'
@@ -181,7 +181,7 @@ def _axes(pts: list[dict], left: float, right: float, top: float, bottom: float,
     return "".join(out)
 
 
-def _markers(report: Report, pts: list[dict], xs: list[float]) -> list[tuple[float, str]]:
+def _markers(report: Report, pts: list[dict], xs: list[float], unit: str) -> list[tuple[float, str]]:
     """Where a queue diagnosis's evidence starts, and the end of a server that died: at the sample
     on or after the line (the last one for an end)."""
     out = []
@@ -189,7 +189,8 @@ def _markers(report: Report, pts: list[dict], xs: list[float]) -> list[tuple[flo
     if d is not None:
         line = min(e.line for e in d.evidence)
         i = next((i for i, p in enumerate(pts) if p["line"] >= line), len(pts) - 1)
-        out.append((xs[i], f"{d.category} from {(pts[i].get('time') or '')[6:] or 'line ' + str(pts[i]['line'])}"))
+        at = (pts[i].get("time") or "")[6:] or f"{unit} {pts[i]['line']}"
+        out.append((xs[i], f"{d.category} from {at}"))
     life = report.lifetimes[report.shown - 1] if report.lifetimes and report.shown else None
     if life is not None and life.end in ("fatal", "abrupt"):
         out.append((xs[-1], f"ended: {life.outcome}"))
@@ -250,7 +251,8 @@ def restarts(report: Report) -> str | None:
         colour = STATUS.get(life.report.status, "#9d9d9d")
         body.append(f'<rect x="{left}" y="{y - 11}" width="12" height="12" fill="{colour}"/>')
         line = f"#{life.index} {life.started or 'no time'} · lines {life.lines[0]}-{life.lines[1]} · {life.report.status}: {life.outcome}"
-        body.append(_text(left + 18, y, line + (" (shown)" if life.index == report.shown else "")))
+        line += " (shown)" if life.index == report.shown else ""
+        body.append(_text(left + 18, y, line if len(line) <= 96 else line[:95] + "…"))
         y += 20
     if len(lives) > 30:
         body.append(_text(left + 18, y, f"and {len(lives) - 30} more starts"))
