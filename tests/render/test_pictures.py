@@ -246,3 +246,17 @@ def test_a_plan_as_html_is_its_markdown_in_a_page():
     r = CliRunner().invoke(app, [*args, "--gpu-memory", "80GiB", "--format", "html"])
     assert r.exit_code == 0, r.output
     assert r.output.startswith("<!DOCTYPE html>") and "Valid `--tensor-parallel-size`: 1, 2, 4, 8" in r.output
+
+
+def test_a_negative_kv_cache_is_not_drawn_as_a_negative_bar(tmp_path):
+    """V0 prints a negative rest for the KV cache when the weights and activations take it all."""
+    src = FIXTURES / "logs/cache-oom/0.6.3_v0-profile-summary-and-multiline-command.log"
+    log = tmp_path / "negative.log"
+    log.write_text(src.read_text().replace("reserved for KV Cache is 2.25GiB", "reserved for KV Cache is -1.25GiB"))
+    report = report_of(log)
+    assert report.facts["memory"]["kv_gib"] == -1.25
+    profile = next(b for b in bars.all_bars(report) if b.name == "Memory")
+    assert "kv" not in {s.key for s in profile.segments} and all(s.value > 0 for s in profile.segments)
+    picture = svg.memory(report) or ""
+    ET.fromstring(picture)
+    assert not re.search(r'width="-', picture)

@@ -9,6 +9,7 @@ drawn when there is nothing to draw: no numbers, fewer than two samples.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,9 @@ class Bar:
     name: str = "KV cache"  # the terminal's label before the bar
     sum_only: bool = False  # the total is only the segments' sum (no figure of vLLM's): not printed
 
+    def __post_init__(self) -> None:  # a negative KV cache (V0 prints one) or an empty part is not drawn
+        object.__setattr__(self, "segments", tuple(s for s in self.segments if s.value > 0))
+
 
 _PROFILE = (
     ("weights", "weights", "weights_gib"),
@@ -58,7 +62,7 @@ def memory_bars(report: Report, d: Diagnosis) -> list[Bar]:
         return []
     found = [b for b in (_need(d) or _torch_oom(d), _profile(report, d)) if b is not None]
     found += [b for b in (None if found else _slots(report, d), gpu_bar(report)) if b is not None]
-    return found
+    return [b for b in found if b.segments and b.total > 0]
 
 
 def all_bars(report: Report, upto: Diagnosis | None = None) -> list[Bar]:
@@ -209,7 +213,7 @@ def _slots(report: Report, d: Diagnosis) -> Bar | None:
 
 
 def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 # ---- the terminal ------------------------------------------------------------------------------
