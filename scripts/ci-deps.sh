@@ -3,10 +3,11 @@
 #   tmux        the terminal captures of tests/render/test_screen.py
 #   prometheus  prometheus and promtool: `promtool check rules` on `vllm-doctor alerts`, and the
 #               real Prometheus that `explain --prometheus` is tested against
+#   chromium    the screenshot test of the HTML report (tests/render/test_chromium.py)
 # Under CI=true the tests that need them fail without them; elsewhere they are skipped.
 # Needs root or passwordless sudo to install. .ci/run calls it before the tests.
 set -euo pipefail
-need=(tmux:tmux promtool:prometheus prometheus:prometheus)
+need=(tmux:tmux promtool:prometheus prometheus:prometheus chromium:chromium)
 missing=()
 for pair in "${need[@]}"; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")

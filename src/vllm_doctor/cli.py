@@ -57,6 +57,7 @@ class Format(str, Enum):
     text = "text"
     markdown = "markdown"
     json = "json"
+    html = "html"
 
 
 class Flavor(str, Enum):

@@ -145,6 +145,7 @@ def build(
         facts=report_facts,
         warnings=warnings,
         corrected=corrected(facts, diagnoses),
+        series=facts.stats.points,
     )
 
 

@@ -123,7 +123,7 @@ def test_failed_start_tp_divisibility(tmp_path):
     print(f"tp-divisibility: exit {p.returncode} after {time.monotonic() - t0:.1f} s")
     assert p.returncode == 1, p.stderr.decode()[-3000:]
     (d,) = (tmp_path / "incident").iterdir()  # a new directory per incident
-    assert {f.name for f in d.iterdir()} == {"report.md", "report.json", "server.log", "env.txt"}
+    assert {f.name for f in d.iterdir()} == {"report.md", "report.json", "server.log", "env.txt", "report.html"}
     data = json.loads((d / "report.json").read_text())
     assert data["diagnoses"][0]["category"] == "tp-divisibility", data["diagnoses"][:1]
     assert data["serve"]["exit_status"] == 1 and not data["serve"]["ready"]

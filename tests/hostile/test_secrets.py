@@ -59,7 +59,7 @@ def test_serve_report_directory_holds_none_of_them(tmp_path, fake_bin):
     )
     assert p.returncode == 1
     (d,) = (tmp_path / "vllm-doctor-reports").iterdir()
-    assert {f.name for f in d.iterdir()} == {"report.md", "report.json", "server.log", "env.txt"}
+    assert {f.name for f in d.iterdir()} == {"report.md", "report.json", "server.log", "env.txt", "report.html"}
     for f in d.iterdir():
         text = f.read_text(errors="replace")
         for s in [*PATTERN_SECRETS, SPLIT[:14], SPLIT[14:], SECOND_WORD]:
@@ -70,9 +70,9 @@ def test_serve_report_directory_holds_none_of_them(tmp_path, fake_bin):
     assert "[REDACTED]" in json.dumps(data["diagnoses"][0]["evidence"])
 
 
-def test_explain_markdown_and_json_hold_none_of_them(tmp_path):
+def test_explain_markdown_json_and_html_hold_none_of_them(tmp_path):
     log = _planted(tmp_path)
-    for fmt in ("markdown", "json"):
+    for fmt in ("markdown", "json", "html"):
         r = CliRunner().invoke(app, ["explain", str(log), "--format", fmt, "--no-gpu", "--offline"])
         assert r.exit_code == 1, r.output
         assert "tp-divisibility" in r.output

@@ -272,7 +272,7 @@ def test_serve_report_directory_is_redacted(tmp_path, fake_bin):
     # the pass-through is the operator's own output: untouched
     assert p.stdout + p.stderr.split(b"vllm-doctor:")[0] != b""
     (d,) = (tmp_path / "redacted").iterdir()
-    assert {f.name for f in d.iterdir()} == {"report.md", "report.json", "server.log", "env.txt"}
+    assert {f.name for f in d.iterdir()} == {"report.md", "report.json", "server.log", "env.txt", "report.html"}
     for f in d.iterdir():
         _clean(f.read_text(errors="replace"))
     server = (d / "server.log").read_text()

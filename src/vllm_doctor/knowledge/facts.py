@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from vllm_doctor.data import Line
+from vllm_doctor.knowledge import series
 
 KV_NEAR_FULL_PCT = 80.0  # KV usage at or above this, with requests waiting, is a full cache
 
@@ -255,6 +256,7 @@ class StatsSeries:
     evidence: list[tuple[int, int, str]] = field(default_factory=list)  # (line, source, text)
     first_line: int | None = None
     last: tuple[int, int, dict] | None = None  # the latest sample: (line, source, fields), what it did last
+    points: list[dict] = field(default_factory=list)  # the samples to draw, bounded (knowledge/series.py)
 
     def add(self, sample: dict[str, Any], line: int, source: int, text: str) -> None:
         if sample.get("preempted") is not None:  # a preemption warning, not a stats sample
@@ -264,6 +266,7 @@ class StatsSeries:
             return
         self.samples += 1
         self.last = (line, source, sample)
+        series.keep(self.points, series.point(sample, line, source, text))
         running = sample.get("running")
         waiting = sample.get("waiting")
         kv = sample.get("kv_usage_pct")

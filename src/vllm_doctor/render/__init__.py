@@ -1,9 +1,10 @@
 """render/ owns the output formats: one RENDERERS map of format -> render(doc, redact) -> str,
 used by every command (explain, watch, explain --metrics, plan, serve's incident report).
 
-text (rich), markdown (the ticket), json (the contract vllm-doctor/report/1); plan.py renders a
-Plan in the same three (plan/1); the lines reports share are in summary.py, secret masking in
-redact.py. May import data, errors,
+text (rich), markdown (the ticket), json (the contract vllm-doctor/report/1), html (the ticket
+with its pictures: html.py, svg.py; bars.py holds the pictures' numbers and the terminal's bar
+and sparklines); plan.py renders a Plan in the first three (plan/1); the lines reports share are
+in summary.py, secret masking in redact.py. May import data, errors,
 matching.expr (number formatting) and capacity (for plans); nothing imports render but the
 pipeline's callers (cli, serve). A new format is one module with a `render` function and one
 entry here.
@@ -38,11 +39,23 @@ def _json(doc: Report | Plan, redact: bool = True, **_: Any) -> str:
     return json.render(doc, redact) if isinstance(doc, Report) else plan.json(doc)
 
 
+def _html(doc: Report | Plan, redact: bool = True, **_: Any) -> str:
+    from vllm_doctor.render import html, plan
+
+    return (
+        html.render(doc, redact)
+        if isinstance(doc, Report)
+        else html.document("vllm-doctor plan", "", plan.markdown(doc))
+    )
+
+
 # modules load on first use: the CLI's cold start stays free of rich unless text is asked for.
 # Each takes (doc, redact) and the options of its own format by keyword: text's verbosity
 # (-1 -q, 0, 1 -v), markdown's flavor ("plain" renders in GitHub, GitLab and Jira; "github"
 # folds the evidence in <details>); a format ignores the others'.
-RENDERERS: dict[str, Callable[..., str]] = {"text": _text, "markdown": _markdown, "json": _json}
+RENDERERS: dict[str, Callable[..., str]] = {
+    "text": _text, "markdown": _markdown, "json": _json, "html": _html,
+}  # fmt: skip
 FORMATS = tuple(RENDERERS)
 
 

@@ -21,6 +21,7 @@ import textwrap
 from typing import IO, Any
 
 from vllm_doctor.data import Diagnosis, Report
+from vllm_doctor.render import bars
 from vllm_doctor.render.numbers import described
 from vllm_doctor.render.summary import (
     capacity_line,
@@ -189,6 +190,7 @@ class _Screen:
             self.say(command[0], "bold", indent=2)
             for line in _continued(command[1], self.width - 4):
                 self.console.print("    " + line, markup=False)  # never cut: it must paste whole
+        bars.show(self.console, report, d)  # the memory bar, the queue's sparklines: nothing without numbers
         self.evidence(d, report)
         if self.verbose and d.numbers:
             self.say("Numbers", "bold", indent=2)

@@ -158,6 +158,9 @@ def write_report(w: Wrapper, report, diag_error: str | None) -> tuple[Path | Non
         ("report.json", lambda: json_text(w, report, diag_error, red)),
         ("report.md", lambda: markdown_text(w, report, diag_error)),
     ]
+    from vllm_doctor.render.html import attachments  # issue 14: memory.svg, queue.svg, report.html
+
+    parts += attachments(report, lambda: markdown_text(w, report, diag_error), red.text if red is not None else None)
     for name, make in parts:
         try:
             text = make()
@@ -254,6 +257,9 @@ def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
     # renders alike in GitHub, GitLab and Jira
     out += ["", "**Command**", "", "```sh", shlex.join(w.argv), "```"]
     out += ["", "Files: `server.log` (the output), `env.txt` (versions, GPU, environment), `report.json`.", ""]
+    from vllm_doctor.render.html import links
+
+    out += links(report)
     return "\n".join(out)
 
 

@@ -1,0 +1,261 @@
+"""The report's pictures as SVG, drawn here (no plotting library, no script, no font to fetch):
+the memory bars (bars.all_bars), the queue over time with the failure marked, the restarts.
+
+Each chart is a standalone <svg> that scales to its container (viewBox, width 100%), so the same
+text is a file beside report.md (memory.svg, queue.svg) and inline in report.html. Elements carry
+classes a test can find: axis, legend, failure-marker, segment, series. Every number drawn is the
+report's: vLLM's samples and memory figures, the diagnosis's numbers; none is interpolated.
+"""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import escape, quoteattr
+
+from vllm_doctor.data import Report
+from vllm_doctor.matching.expr import fmt
+from vllm_doctor.render.bars import Bar, all_bars, is_queue
+
+WIDTH = 720
+FILL = {"weights": "#4c78a8", "activation": "#b279a2", "non_torch": "#eeca3b", "cudagraph": "#72b7b2"}
+FILL |= {"kv": "#54a24b", "other": "#9d9d9d", "unlisted": "#c7c7c7", "missing": "#e45756", "free": "#e8e8e8"}
+STATUS = {"failed": "#e45756", "degraded": "#f58518", "healthy": "#54a24b", "unknown": "#9d9d9d"}
+LINES = (
+    ("waiting", "Waiting", "#e45756"),
+    ("running", "Running", "#4c78a8"),
+    ("kv_usage_pct", "KV usage %", "#54a24b"),
+)
+
+
+def _svg(height: float, title: str, body: list[str]) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height:.0f}" width="100%" role="img" '
+        f'font-family="system-ui, sans-serif" font-size="13" aria-label={quoteattr(title)}>'
+        f"<title>{escape(title)}</title>" + "".join(body) + "</svg>\n"
+    )
+
+
+def _text(x: float, y: float, s: str, cls: str = "", anchor: str = "start", fill: str = "#222") -> str:
+    c = f' class="{cls}"' if cls else ""
+    return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{fill}"{c}>{escape(s)}</text>'
+
+
+def _anchor(x: float) -> str:
+    """Where a label at x hangs so it stays inside the picture."""
+    return "end" if x > WIDTH * 0.75 else "start" if x < WIDTH * 0.25 else "middle"
+
+
+def memory(report: Report) -> str | None:
+    """Every capacity diagnosis's bar, one under the other; None when none has numbers."""
+    found = all_bars(report)
+    if not found:
+        return None
+    body: list[str] = []
+    y = 0.0
+    for bar in found:
+        y = _bar(bar, y, body)
+    return _svg(y + 8, "Memory: " + "; ".join(b.title for b in found), body)
+
+
+def _bar(bar: Bar, y: float, body: list[str]) -> float:
+    """One bar at height `y`: its title, the segments, the axis (0 and the total), the legend."""
+    left, width = 10.0, WIDTH - 20.0
+    body.append(_text(left, y + 20, bar.title, "bar-title"))
+    x, top = left, y + 30
+    body.append('<g class="bar">')
+    for seg in bar.segments:
+        w = seg.value / bar.total * width if bar.total else 0
+        tip = f"{seg.label}: {fmt(seg.value)} {bar.unit}"
+        body.append(
+            f'<rect class="segment seg-{seg.key}" x="{x:.1f}" y="{top:.1f}" width="{w:.1f}" height="30" '
+            f'fill="{FILL[seg.key]}" stroke="#fff"><title>{escape(tip)}</title></rect>'
+        )
+        x += w
+    body.append("</g>")
+    axis = top + 36
+    body.append(f'<g class="axis"><line x1="{left}" y1="{axis}" x2="{left + width}" y2="{axis}" stroke="#555"/>')
+    end = "" if bar.sum_only else _text(left + width, axis + 15, f"{fmt(bar.total)} {bar.unit}", anchor="end")
+    body.append(_text(left, axis + 15, f"0 {bar.unit}") + end)
+    body.append("</g>")
+    if bar.mark:
+        mx = left + bar.mark[1] / bar.total * width
+        body.append(
+            f'<g class="mark"><line x1="{mx:.1f}" y1="{top - 4:.1f}" x2="{mx:.1f}" y2="{top + 34:.1f}" '
+            f'stroke="#222" stroke-dasharray="4 3"/>{_text(mx, axis + 15, bar.mark[0], anchor=_anchor(mx))}</g>'
+        )
+    ly = axis + 36
+    body.append('<g class="legend">')
+    seen: set[tuple[str, str]] = set()
+    col = 0
+    for seg in bar.segments:
+        if (seg.key, seg.label) in seen:
+            continue
+        seen.add((seg.key, seg.label))
+        count = sum(1 for s in bar.segments if (s.key, s.label) == (seg.key, seg.label))
+        lx = left + (col % 2) * (width / 2)
+        body.append(
+            f'<rect x="{lx:.1f}" y="{ly - 11:.1f}" width="12" height="12" fill="{FILL[seg.key]}" stroke="#999"/>'
+        )
+        label = f"{f'{count} x ' if count > 1 else ''}{seg.label}: {fmt(seg.value)} {bar.unit}"
+        body.append(_text(lx + 18, ly, label))
+        col += 1
+        ly += 20 if col % 2 == 0 else 0
+    body.append("</g>")
+    return ly + (20 if col % 2 else 0)
+
+
+def queue(report: Report) -> str | None:
+    """Running, waiting (left axis, up to the report's waiting max) and KV usage (right axis, 0-100%)
+    over the samples, with where the queue diagnosis starts and how the server ended marked."""
+    pts = [p for p in report.series if p.get("waiting") is not None or p.get("kv_usage_pct") is not None]
+    if len(pts) < 2:
+        return None
+    left, right, top, bottom, height = 60.0, WIDTH - 60.0, 40.0, 230.0, 290
+    xs = _xs(pts)
+    x0, x1 = min(xs), max(xs)
+    span = x1 - x0 or 1
+
+    def px(x: float) -> float:
+        return left + (x - x0) / span * (right - left)
+
+    stats = report.facts.get("stats") or {}
+    wmax = max(stats.get("waiting_max") or 0, stats.get("running_max") or 0, 1)
+    unit = "scrape" if report.facts.get("metrics") else "line"
+    body = [_axes(pts, left, right, top, bottom, wmax, unit)]
+    for name, label, colour in LINES:
+        scale = 100.0 if name == "kv_usage_pct" else float(wmax)
+        coords = [
+            (px(x), bottom - p[name] / scale * (bottom - top))
+            for x, p in zip(xs, pts, strict=True)
+            if p.get(name) is not None
+        ]
+        if len(coords) < 2:
+            continue
+        path = " ".join(f"{a:.1f},{b:.1f}" for a, b in coords)
+        body.append(
+            f'<g class="series series-{name}"><polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>'
+        )
+        for (a, b), p in zip(coords, [p for p in pts if p.get(name) is not None], strict=True):
+            tip = f"{unit} {p['line']}{' ' + p['time'] if p['time'] else ''}: {label} {fmt(p[name])}"
+            body.append(
+                f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.5" fill="{colour}"><title>{escape(tip)}</title></circle>'
+            )
+        body.append("</g>")
+    for x, label in _markers(report, pts, xs, unit):
+        body.append(
+            f'<g class="failure-marker"><line x1="{px(x):.1f}" y1="{top - 6}" x2="{px(x):.1f}" y2="{bottom}" '
+            f'stroke="#b00" stroke-width="2" stroke-dasharray="6 3"/>'
+            f"{_text(min(px(x), right), top - 10, label, anchor='end' if px(x) > WIDTH / 2 else 'start', fill='#b00')}</g>"
+        )
+    body.append(_line_legend(bottom + 50))
+    return _svg(height, "Queue over time: running, waiting, KV cache usage", body)
+
+
+def _xs(pts: list[dict]) -> list[float]:
+    """Seconds from the log's clock when every sample has one and they run forward; else line numbers."""
+    secs = [_seconds(p.get("time")) for p in pts]
+    known = [s for s in secs if s is not None]
+    if len(known) == len(pts) and known == sorted(known) and known[-1] != known[0]:
+        return [float(s) for s in known]
+    return [float(p["line"]) for p in pts]
+
+
+def _seconds(time: str | None) -> int | None:
+    """A sample's time ("11-30 01:58:49", knowledge/series.py's form) in seconds, months of 31 days."""
+    try:
+        mo, d, h, m, s = int(time[0:2]), int(time[3:5]), int(time[6:8]), int(time[9:11]), int(time[12:14])  # type: ignore[index]
+    except (TypeError, ValueError):
+        return None
+    return ((mo * 31 + d) * 24 + h) * 3600 + m * 60 + s
+
+
+def _axes(pts: list[dict], left: float, right: float, top: float, bottom: float, wmax: int, unit: str) -> str:
+    first, last = pts[0], pts[-1]
+    at = [(p.get("time") or "")[6:] or f"{unit} {p['line']}" for p in (first, last)]
+    out = [f'<g class="axis axis-x"><line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#555"/>']
+    out += [_text(left, bottom + 18, at[0]), _text(right, bottom + 18, at[1], anchor="end"), "</g>"]
+    out.append(f'<g class="axis axis-y"><line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#555"/>')
+    out += [_text(left - 6, bottom, "0", anchor="end"), _text(left - 6, top + 4, str(wmax), anchor="end")]
+    out.append("</g>")
+    out.append(f'<g class="axis axis-kv"><line x1="{right}" y1="{top}" x2="{right}" y2="{bottom}" stroke="#555"/>')
+    out += [_text(right + 6, bottom, "0%"), _text(right + 6, top + 4, "100%"), "</g>"]
+    return "".join(out)
+
+
+def _markers(report: Report, pts: list[dict], xs: list[float], unit: str) -> list[tuple[float, str]]:
+    """Where a queue diagnosis's evidence starts, and the end of a server that died: at the sample
+    on or after the line (the last one for an end)."""
+    out = []
+    d = next((d for d in report.diagnoses if is_queue(d.category) and d.evidence), None)
+    if d is not None:
+        line = min(e.line for e in d.evidence)
+        i = next((i for i, p in enumerate(pts) if p["line"] >= line), len(pts) - 1)
+        at = (pts[i].get("time") or "")[6:] or f"{unit} {pts[i]['line']}"
+        out.append((xs[i], f"{d.category} from {at}"))
+    life = report.lifetimes[report.shown - 1] if report.lifetimes and report.shown else None
+    if life is not None and life.end in ("fatal", "abrupt"):
+        out.append((xs[-1], f"ended: {life.outcome}"))
+    if len(out) == 2 and out[0][0] == out[1][0]:
+        out = [(out[0][0], f"{out[0][1]}; {out[1][1]}")]
+    return out
+
+
+def _line_legend(y: float) -> str:
+    out = ['<g class="legend">']
+    for i, (_, label, colour) in enumerate(LINES):
+        x = 60 + i * 170
+        out.append(f'<line x1="{x}" y1="{y - 4}" x2="{x + 22}" y2="{y - 4}" stroke="{colour}" stroke-width="3"/>')
+        out.append(_text(x + 28, y, label))
+    x = 60 + len(LINES) * 170
+    out.append(
+        f'<line x1="{x}" y1="{y - 12}" x2="{x}" y2="{y + 2}" stroke="#b00" stroke-width="2" stroke-dasharray="4 2"/>'
+    )
+    out.append(_text(x + 8, y, "failure") + "</g>")
+    return "".join(out)
+
+
+def restarts(report: Report) -> str | None:
+    """The server's starts along the input's lines, coloured by status, a red tick where one died;
+    listed under the lane with time, lines and outcome. None for a single start."""
+    lives = report.lifetimes
+    if len(lives) < 2:
+        return None
+    left, right, lane = 10.0, WIDTH - 10.0, 30.0
+    lo, hi = min(life.lines[0] for life in lives), max(life.lines[1] for life in lives)
+    span = max(1, hi - lo)
+
+    def px(line: int) -> float:
+        return left + (line - lo) / span * (right - left)
+
+    body = ['<g class="lifetimes">']
+    for life in lives:
+        a, b = px(life.lines[0]), max(px(life.lines[1]), px(life.lines[0]) + 3)
+        edge = ' stroke="#000" stroke-width="2"' if life.index == report.shown else ' stroke="#fff"'
+        tip = f"#{life.index} {life.started or 'no time'}: {life.report.status}, {life.outcome}"
+        body.append(
+            f'<rect class="life status-{life.report.status}" x="{a:.1f}" y="{lane}" width="{b - a:.1f}" height="28" '
+            f'fill="{STATUS.get(life.report.status, "#9d9d9d")}"{edge}><title>{escape(tip)}</title></rect>'
+        )
+        if b - a > 24:
+            body.append(_text(a + 4, lane + 19, f"#{life.index}", fill="#fff"))
+        if life.end == "fatal":
+            body.append(
+                f'<line class="failure-marker" x1="{b:.1f}" y1="{lane - 6}" x2="{b:.1f}" y2="{lane + 34}" stroke="#b00" stroke-width="3"/>'
+            )
+    body.append("</g>")
+    axis = lane + 40
+    body.append(f'<g class="axis"><line x1="{left}" y1="{axis}" x2="{right}" y2="{axis}" stroke="#555"/>')
+    body.append(_text(left, axis + 16, f"line {lo}") + _text(right, axis + 16, f"line {hi}", anchor="end") + "</g>")
+    y = axis + 44
+    body.append('<g class="legend">')
+    for life in lives[:30]:
+        colour = STATUS.get(life.report.status, "#9d9d9d")
+        body.append(f'<rect x="{left}" y="{y - 11}" width="12" height="12" fill="{colour}"/>')
+        line = f"#{life.index} {life.started or 'no time'} · lines {life.lines[0]}-{life.lines[1]} · {life.report.status}: {life.outcome}"
+        line += " (shown)" if life.index == report.shown else ""
+        body.append(_text(left + 18, y, line if len(line) <= 96 else line[:95] + "…"))
+        y += 20
+    if len(lives) > 30:
+        body.append(_text(left + 18, y, f"and {len(lives) - 30} more starts"))
+        y += 20
+    body.append("</g>")
+    return _svg(y, f"{len(lives)} server starts in this input", body)
