@@ -60,7 +60,7 @@ def test_cache_oom_bar_is_the_cache_against_one_sequence():
     ]
     lines = drawn(to_text(report))
     assert lines[0].startswith("  KV cache  KKKKKKKKKKKK!!!") and lines[0].endswith("!  4 GiB")
-    assert lines[1] == "  K KV cache available 0.98   ! short of one sequence 3.02"
+    assert lines[1] == "  K KV cache available 0.98 GiB   ! short of one sequence 3.02 GiB"
     assert all(len(line) <= 80 for line in lines)
 
 
@@ -77,7 +77,7 @@ def test_a_v0_memory_profile_is_drawn_from_vllms_own_numbers():
     assert got == {"weights": mem["weights_gib"], "activation": mem["activation_gib"], "non_torch": mem["non_torch_gib"],
                    "kv": mem["kv_gib"], "free": round(mem["total_gib"] - mem["requested_gib"], 2)}  # fmt: skip
     lines = drawn(to_text(report))
-    assert lines[0].startswith("  Memory    WWWWWWWW") and len(lines) == 3 and all(len(x) <= 80 for x in lines)
+    assert lines[0].startswith("  Memory    WWWWWWWW") and len(lines) == 4 and all(len(x) <= 80 for x in lines)
 
 
 def test_a_torch_oom_is_the_gpu_at_the_error_in_its_own_figures():
@@ -225,7 +225,7 @@ def test_the_html_report_is_self_contained_and_holds_the_markdown(tmp_path):
     assert "<script" not in page and not re.search(r"""\s(src|href)=""", page) and "@import" not in page
     assert page.count("<svg") == 3  # restarts, memory, queue
     md = to_markdown(report)
-    assert "&lt;details&gt;" in page and md.splitlines()[0] in page  # the ticket's text, escaped
+    assert "```text" in page and md.splitlines()[0] in page  # the ticket's text, escaped
     body = page[page.index("<pre>") + 5 : page.index("</pre>")]
     from html import unescape
 

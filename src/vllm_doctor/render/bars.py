@@ -256,7 +256,8 @@ def bar_lines(bar: Bar, colour: bool) -> list[Any]:
     out = [line]
     legend = Text("  ")
     items = [
-        (seg.key, f"{f'{count} x ' if count > 1 else ''}{seg.label} {fmt(seg.value)}") for seg, count in _legend(bar)
+        (seg.key, f"{f'{count} x ' if count > 1 else ''}{seg.label} {fmt(seg.value)} {bar.unit}")
+        for seg, count in _legend(bar)
     ]
     if bar.mark:
         items.append(("mark", f"{bar.mark[0]}"))
@@ -327,6 +328,8 @@ def queue_lines(report: Report, colour: bool) -> list[str]:
 def show(console: Any, report: Report, d: Diagnosis) -> None:
     """Print the diagnosis's pictures on a rich console: colour blocks on a terminal, letters and
     ASCII under NO_COLOR and in pipes."""
+    if console.width < 80:
+        return  # a bar squeezed under 80 columns reads as noise: the summary has the numbers
     colour = not console.no_color and console.color_system is not None
     drawn = all_bars(report, upto=d)  # a profile or a GPU shared by two diagnoses: drawn once
     for bar in memory_bars(report, d):

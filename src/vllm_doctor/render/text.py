@@ -60,14 +60,20 @@ def show(report: Report, file: IO[str] | None = None, redact: bool = True, verbo
 
         report = masked(report)
     console = Console(file=file, highlight=False, soft_wrap=True, no_color="NO_COLOR" in os.environ, emoji=False)
-    _Screen(console, verbosity).report(report)
+    pictures = True
+    if console.is_terminal and verbosity == 0:  # the verdict must stay on the first screen: pictures go first
+        with console.capture() as drawn:
+            _Screen(console, verbosity).report(report)
+        pictures = drawn.get().count("\n") <= console.height - 2  # the typed command above, the prompt below
+    _Screen(console, verbosity, pictures).report(report)
 
 
 class _Screen:
     """Prints wrapped paragraphs: a styled head, then text wrapped under a hanging indent."""
 
-    def __init__(self, console: Any, verbosity: int):
+    def __init__(self, console: Any, verbosity: int, pictures: bool = True):
         self.console = console
+        self.pictures = pictures  # the memory bar and sparklines (render/bars.py)
         self.width = max(console.width, 20)
         self.verbose = verbosity > 0
         self.quiet = verbosity < 0
@@ -167,6 +173,8 @@ class _Screen:
     def diagnosis(self, d: Diagnosis, report: Report, command: tuple[str, str] | None) -> None:
         if d.severity == "info" and not self.verbose and not d.fixes and not command:
             self.say(d.summary, indent=2, head=" INFO ", head_style=_STYLE["info"], gap=1)  # a note: one paragraph
+            if self.pictures:
+                bars.show(self.console, report, d)
             self.hidden = True
             return
         badge, meta = f" {d.severity.upper()} ", f"{d.category} · rule {d.rule} · {d.confidence} confidence"
@@ -190,7 +198,8 @@ class _Screen:
             self.say(command[0], "bold", indent=2)
             for line in _continued(command[1], self.width - 4):
                 self.console.print("    " + line, markup=False)  # never cut: it must paste whole
-        bars.show(self.console, report, d)  # the memory bar, the queue's sparklines: nothing without numbers
+        if self.pictures:
+            bars.show(self.console, report, d)  # the memory bar, the queue's sparklines: nothing without numbers
         self.evidence(d, report)
         if self.verbose and d.numbers:
             self.say("Numbers", "bold", indent=2)
