@@ -3,35 +3,49 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
-from typer.core import TyperGroup
 
-
-class _Group(TyperGroup):
-    """Bad input (a DoctorError from any stage) is one line on stderr and exit status 2."""
-
-    def invoke(self, ctx: Any) -> Any:  # click.Context: vendored by typer 0.28, a dependency before
-        from vllm_doctor.errors import DoctorError
-
-        try:
-            return super().invoke(ctx)
-        except DoctorError as e:
-            fail(str(e))
-
+from vllm_doctor.cliopts import (
+    EXIT_HELP,
+    Color,
+    ColorOpt,
+    Command,
+    ConfigOpt,
+    FailOn,
+    FailOnOpt,
+    FollowOpt,
+    FormatOpt,
+    Group,
+    LifetimeOpt,
+    MetricsOpt,
+    ModelOpt,
+    NoRedactOpt,
+    OfflineOpt,
+    OutputOpt,
+    RulesDirs,
+    StrictRules,
+    TargetConcurrency,
+    TargetLen,
+    ThisHostOpt,
+    exit_code,
+    fail,
+    lifetime_index,
+    load_rules,
+    show_version,
+    target,
+)
 
 app = typer.Typer(
-    cls=_Group,
-    add_completion=False,
+    cls=Group,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     help="Explain why vllm serve failed or queues requests: the cause, the numbers and the fixes in order. "
-    "Exit status: 0 no blocker, 1 a blocker (--fail-on warning: a warning too), 2 usage error or unreadable "
-    "input, 3 internal error, 4 unknown (no vLLM output, an empty input, or a start that stops with no sign of why).",
+    + EXIT_HELP,
 )
 rules_app = typer.Typer(
     add_completion=False,
@@ -42,114 +56,39 @@ rules_app = typer.Typer(
 app.add_typer(rules_app, name="rules")
 
 
-class Format(str, Enum):
-    text = "text"
-    markdown = "markdown"
-    json = "json"
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=show_version, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """The commands: explain, watch, plan, serve, rules."""
 
 
-class FailOn(str, Enum):
-    warning = "warning"
-    blocker = "blocker"
-
-
-# options several commands share, declared once
-RulesDirs = Annotated[list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).")]
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
-OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the output to this file.")]
-FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 from this severity up.")]
-NoRedactOpt = Annotated[
-    bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords in markdown/json output.")
-]
-OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never touch the network (the HF cache only).")]
-TargetConcurrency = Annotated[
-    Optional[int], typer.Option("--target-concurrency", min=1, help="Sequences the server must hold at once.")
-]
-
-
-UNKNOWN_EXIT = 4  # no vLLM output, an empty input, a start that stops with no sign of why
-
-
-def _exit_code(report, fail_on: FailOn) -> int:
-    """1 when a diagnosis reaches the --fail-on severity, 4 when the status is unknown, else 0."""
-    failing = {"blocker"} if fail_on is FailOn.blocker else {"blocker", "warning"}
-    if {d.severity for d in report.diagnoses} & failing:
-        return 1
-    return UNKNOWN_EXIT if report.status == "unknown" else 0
-
-
-def _lifetime(value: str) -> int | None:
-    """--lifetime last|all|N: the start the report leads with (None: the latest)."""
-    if value in ("last", "all"):
-        return None
-    if value.isdigit() and int(value) >= 1:
-        return int(value)
-    fail(f"--lifetime {value}: give last, all or a start's number (1, 2, ...)")
-    return None
-
-
-def fail(message: str) -> None:
-    """One clear line on stderr and exit status 2; never a traceback."""
-    typer.echo(f"vllm-doctor: {message}", err=True)
-    raise typer.Exit(2)
-
-
-def _load_rules(extra: list[Path]):
-    from vllm_doctor.matching.loader import load
-
-    return load(extra)
-
-
-@app.command()
+@app.command(cls=Command)
 def explain(
+    ctx: typer.Context,
     paths: Annotated[
         Optional[list[str]],
-        typer.Argument(help="Log files (.gz works too); - reads stdin.", metavar="LOG", show_default=False),
+        typer.Argument(help="Log files (.gz works too); - reads stdin.", metavar="[LOG]...", show_default=False),
     ] = None,
-    format: FormatOpt = Format.text,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     rules_dirs: RulesDirs = [],  # noqa: B006 (typer reads the default; it is never mutated)
+    strict_rules: StrictRules = False,
     fail_on: FailOnOpt = FailOn.blocker,
     target_concurrency: TargetConcurrency = None,
-    target_len: Annotated[
-        Optional[int], typer.Option("--target-len", min=1, help="Tokens per sequence for --target-concurrency.")
-    ] = None,
-    metrics: Annotated[
-        Optional[str],
-        typer.Option(
-            "--metrics", help="Diagnose a running server from its /metrics (a URL, or a saved scrape).", metavar="URL"
-        ),
-    ] = None,
+    target_len: TargetLen = None,
+    metrics: MetricsOpt = None,
     no_redact: NoRedactOpt = False,
-    model: Annotated[
-        Optional[str],
-        typer.Option(
-            "--model",
-            help="The model's repo id or directory, for its config.json (default: the log's).",
-            metavar="ID|PATH",
-        ),
-    ] = None,
-    config: Annotated[
-        Optional[str], typer.Option("--config", help="Use this config.json for the model.", metavar="FILE")
-    ] = None,
+    model: ModelOpt = None,
+    config: ConfigOpt = None,
     offline: OfflineOpt = False,
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Skip the NVML snapshot of this machine's GPUs.")] = False,
-    this_host: Annotated[
-        bool,
-        typer.Option(
-            "--this-host",
-            help="The log is from this machine: its GPUs now inform the fixes (else only when the log's "
-            "hostname or GPU pids are this machine's).",
-        ),
-    ] = False,
-    lifetime: Annotated[
-        str,
-        typer.Option(
-            "--lifetime",
-            help="A log with restarts: lead with the latest start (last), show every start (all), or start N.",
-            metavar="last|all|N",
-        ),
-    ] = "last",
+    this_host: ThisHostOpt = False,
+    lifetime: LifetimeOpt = "last",
+    follow: FollowOpt = False,
+    color: ColorOpt = Color.auto,
 ) -> None:
     """Diagnose a vLLM log: the cause, the evidence, the numbers and the fixes in order.
 
@@ -158,9 +97,16 @@ def explain(
     from vllm_doctor import pipeline
     from vllm_doctor.knowledge.checks import Options
 
+    fmt, path = target(ctx, format, output, color)
     if metrics is not None and paths:
         fail("give log files or --metrics URL, not both")
-    rules = _load_rules(rules_dirs)
+    if follow and (metrics is not None or len(paths or []) != 1):
+        fail("--follow reads one stream: give one log (- for stdin)")
+    rules = load_rules(rules_dirs, strict_rules)
+    if "-" in (paths or []):
+        from vllm_doctor.read.source import stdin_hint
+
+        stdin_hint()
     if metrics is not None:
         from vllm_doctor.read.metrics import fetch
 
@@ -168,40 +114,30 @@ def explain(
     elif paths:
         options = Options(target_concurrency, target_len, model=model, config=config, offline=offline,
                           lookup_model=True, gpu=not no_gpu, this_host=True if this_host else None,
-                          lifetime=_lifetime(lifetime))  # fmt: skip
-        report = pipeline.explain(paths, rules, options)
+                          lifetime=lifetime_index(lifetime))  # fmt: skip
+        report = _follow(paths[0], rules, options, fmt) if follow else pipeline.explain(paths, rules, options)
         report.all_lifetimes = lifetime == "all"
         if options.lifetime and options.lifetime > len(report.lifetimes):
             fail(f"--lifetime {lifetime}: the input holds {len(report.lifetimes)} start(s)")
     else:
         fail("give a log file (- for stdin) or --metrics URL")
-    _emit(report, format, output, redact=not no_redact)
-    raise typer.Exit(_exit_code(report, fail_on))
+    from vllm_doctor.output import emit
+
+    emit(report, fmt, path, redact=not no_redact)
+    raise typer.Exit(exit_code(report, fail_on))
 
 
-def _emit(doc, format: Format, output: Path | None, redact: bool = True, done: str | None = None) -> None:
-    """Print `doc` (a Report or a Plan) in `format`, or write it to `output` and say so on stderr."""
-    from vllm_doctor.data import Report
-    from vllm_doctor.render import render
+def _follow(source: str, rules, options, fmt: str):
+    """--follow: the lines as diagnoses appear go to stdout with text, to stderr beside a json or markdown report."""
+    from vllm_doctor.follow import follow
+    from vllm_doctor.read.source import open_input
 
-    if format is Format.text and output is None and isinstance(doc, Report):
-        from vllm_doctor.render.text import show
-
-        show(doc)  # in colour where the terminal takes it
-        return
-    text = render(doc, format.value, redact=redact)
-    if output is None:
-        sys.stdout.write(text)
-        return
+    stream, owned = open_input(source)
     try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as e:
-        fail(f"{output}: cannot write ({e.strerror or e})")
-    if done is None:
-        from vllm_doctor.render.summary import headline
-
-        done = f"{headline(doc)}; report"
-    typer.echo(f"vllm-doctor: {done} written to {output}", err=True)
+        return follow(stream.fileno(), rules, options, lambda line: typer.echo(line, err=fmt != "text"))
+    finally:
+        if owned:
+            stream.close()
 
 
 @rules_app.callback()
@@ -212,27 +148,24 @@ def rules_list(
     """List the rules (id, kind, category, severity, title)."""
     if ctx.invoked_subcommand is not None:
         return
-    for r in sorted(_load_rules(rules_dirs), key=lambda r: (r.kind, r.category or "", r.id)):
+    for r in sorted(load_rules(rules_dirs), key=lambda r: (r.kind, r.category or "", r.id)):
         label = f"{r.category}/{r.severity}" if r.kind == "diagnosis" else "fact"
         typer.echo(f"{r.id:48} {label:38} {r.title}")
 
 
-@rules_app.command("show")
+@rules_app.command("show", cls=Command)
 def rules_show(
-    rule_id: Annotated[str, typer.Argument(help="The rule id.")],
+    rule_id: Annotated[str, typer.Argument(help="A rule id, or a category.", metavar="ID|CATEGORY")],
     rules_dirs: RulesDirs = [],  # noqa: B006
 ) -> None:
-    """Print one rule's documentation, generated from its file."""
-    from vllm_doctor.matching.ruledoc import document
+    """Print one rule's documentation, generated from its file, or list a category's rules."""
+    from vllm_doctor.matching.ruledoc import show
 
-    rules = {r.id: r for r in _load_rules(rules_dirs)}
-    if rule_id not in rules:
-        fail(f"no rule {rule_id!r}; `vllm-doctor rules` lists them")
-    typer.echo(document(rules[rule_id]))
+    typer.echo(show(load_rules(rules_dirs), rule_id))
 
 
-@rules_app.command("check")
-def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of rule files.")]) -> None:
+@rules_app.command("check", cls=Command)
+def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of rule files.", metavar="DIR")]) -> None:
     """Validate every rule file in a directory; one line per problem."""
     from vllm_doctor.matching.ruledoc import check_dir
 
@@ -244,12 +177,12 @@ def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of r
     typer.echo(f"{count} rule file(s) OK")
 
 
-@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+@app.command(cls=Command, context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
 def serve(
     vllm_args: Annotated[
         list[str],
         typer.Argument(
-            help="The model and the vllm serve arguments, after --.", metavar="MODEL_AND_ARGS", show_default=False
+            help="The model and the vllm serve arguments, after --.", metavar="-- MODEL [ARG]...", show_default=False
         ),
     ],
     vllm_bin: Annotated[
@@ -266,16 +199,26 @@ def serve(
     ] = False,
     log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Also keep the raw output here.")] = None,
     grace: Annotated[
-        float, typer.Option("--grace", min=0, help="Seconds after a forwarded SIGINT/SIGTERM/SIGHUP before SIGKILL.")
+        float,
+        typer.Option(
+            "--grace", min=0, metavar="SECONDS", help="Seconds after a forwarded SIGINT/SIGTERM/SIGHUP before SIGKILL."
+        ),
     ] = 30.0,
     reap_wait: Annotated[
-        float, typer.Option("--reap-wait", min=0, help="Seconds vLLM's other processes get to exit after the main one.")
+        float,
+        typer.Option(
+            "--reap-wait",
+            min=0,
+            metavar="SECONDS",
+            help="Seconds vLLM's other processes get to exit after the main one.",
+        ),
     ] = 15.0,
     watch_samples: Annotated[
         int,
         typer.Option(
             "--watch-samples",
             min=1,
+            metavar="N",
             help="Warn after this many stats samples with requests waiting on a full KV cache.",
         ),
     ] = 3,
@@ -313,25 +256,35 @@ def serve(
     raise typer.Exit(outcome.status)
 
 
-@app.command()
+@app.command(cls=Command)
 def watch(
-    url: Annotated[str, typer.Argument(help="The server (http://HOST:PORT) or its /metrics URL.", show_default=False)],
-    interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between scrapes.")] = 10.0,
-    samples: Annotated[int, typer.Option("--samples", min=1, help="Scrapes to take, then diagnose.")] = 6,
-    format: FormatOpt = Format.text,
+    ctx: typer.Context,
+    url: Annotated[
+        str,
+        typer.Argument(help="The server (http://HOST:PORT) or its /metrics URL.", metavar="URL", show_default=False),
+    ],
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.1, metavar="SECONDS", help="Seconds between scrapes.")
+    ] = 10.0,
+    samples: Annotated[int, typer.Option("--samples", min=1, metavar="N", help="Scrapes to take, then diagnose.")] = 6,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     rules_dirs: RulesDirs = [],  # noqa: B006
+    strict_rules: StrictRules = False,
     fail_on: FailOnOpt = FailOn.blocker,
     no_redact: NoRedactOpt = False,
+    color: ColorOpt = Color.auto,
 ) -> None:
     """Scrape a running server's /metrics every --interval seconds and diagnose the series:
     a full KV cache, the sequence cap, or a stall. One line per scrape on stderr; Ctrl-C stops early."""
     import time
 
     from vllm_doctor import pipeline
+    from vllm_doctor.output import emit
     from vllm_doctor.read.metrics import MetricsError, Scrape, describe, fetch
 
-    rules = _load_rules(rules_dirs)
+    fmt, path = target(ctx, format, output, color)
+    rules = load_rules(rules_dirs, strict_rules)
     scrapes: list[Scrape] = []
     try:
         for i in range(samples):
@@ -349,12 +302,13 @@ def watch(
         if not scrapes:
             raise typer.Exit(130) from None
     report = pipeline.from_metrics(scrapes, rules)
-    _emit(report, format, output, redact=not no_redact)
-    raise typer.Exit(_exit_code(report, fail_on))
+    emit(report, fmt, path, redact=not no_redact)
+    raise typer.Exit(exit_code(report, fail_on))
 
 
-@app.command()
+@app.command(cls=Command)
 def plan(
+    ctx: typer.Context,
     models: Annotated[
         Optional[list[str]],
         typer.Argument(
@@ -392,7 +346,7 @@ def plan(
     tp: Annotated[int, typer.Option("--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel size.")] = 1,
     kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto (the model's dtype) or fp8.")] = "auto",
     quantization: Annotated[
-        Optional[str], typer.Option("--quantization", "-q", help="awq, gptq, fp8, ... (bits per weight).")
+        Optional[str], typer.Option("--quantization", help="awq, gptq, fp8, ... (bits per weight).")
     ] = None,
     target_concurrency: TargetConcurrency = None,
     block_size: Annotated[int, typer.Option("--block-size", min=1, help="Tokens per KV block.")] = 16,
@@ -408,13 +362,17 @@ def plan(
     ] = None,
     offline: OfflineOpt = False,
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Do not ask NVML for the GPUs.")] = False,
-    format: FormatOpt = Format.text,
+    format: FormatOpt = None,
     output: OutputOpt = None,
+    color: ColorOpt = Color.auto,
 ) -> None:
     """The capacity arithmetic before you start: weights, KV cache, bytes per token, tokens and
     sequences that fit, valid TP sizes and a ready `vllm serve` line. Exit 1 when it does not fit."""
     from vllm_doctor.capacity import plan as planner
     from vllm_doctor.capacity.gpu import skipped, snapshot
+    from vllm_doctor.output import emit
+
+    fmt, path = target(ctx, format, output, color)
 
     request = planner.PlanRequest(
         models=list(models or []), configs=list(config), params=params, layers=layers, heads=heads,
@@ -425,19 +383,38 @@ def plan(
     )  # fmt: skip
     gpu = skipped("--no-gpu") if no_gpu else snapshot()
     result = planner.make_plan(request, gpu)
-    _emit(result, format, output, done=f"plan {'fits' if result.fits else 'does not fit'};")
+    emit(result, fmt, path, done=f"plan {'fits' if result.fits else 'does not fit'};")
     raise typer.Exit(0 if result.fits else 1)
 
 
 def main() -> None:
     """Run the CLI; bad input, usage errors and internal errors are one line on stderr, never a
-    traceback: exit 2 for the first two, 3 for our own bugs, 130 for Ctrl-C."""
+    traceback: exit 2 for the first two, 3 for our own bugs, 130 for Ctrl-C, 141 (SIGPIPE's) when
+    stdout closed before a listing was out. Defaults come from the settings (settings.py)."""
+    from vllm_doctor.errors import DoctorError
+    from vllm_doctor.settings import default_map, load
+
     try:
-        code = app(prog_name="vllm-doctor", standalone_mode=False)
+        defaults = default_map(load())
+        code = app(prog_name="vllm-doctor", standalone_mode=False, default_map=defaults)
     except (typer.Abort, KeyboardInterrupt):
         code = 130
+    except DoctorError as e:  # a bad VLLM_DOCTOR_* variable or config file
+        typer.echo(f"vllm-doctor: {e}", err=True)
+        code = 2
+    except BrokenPipeError:  # a listing's reader went away (`rules | head`)
+        from vllm_doctor.output import quiet_closed_stdout
+
+        quiet_closed_stdout()
+        code = 141
     except Exception as e:  # click's UsageError family (vendored by typer) and our own bugs
         code = _one_line_error(e)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        from vllm_doctor.output import quiet_closed_stdout
+
+        quiet_closed_stdout()  # the flush at exit finds /dev/null: no "Exception ignored" line
     sys.exit(code or 0)
 
 

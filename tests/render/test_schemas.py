@@ -172,7 +172,7 @@ def test_the_schemas_ship_inside_the_package():
 def test_the_readme_documents_every_required_key():
     """Each key the schema requires is named in the README's contract section."""
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("## JSON contract", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("## JSON report", 1)[1].split("\n## ", 1)[0]
     missing = set()
 
     def walk(node):

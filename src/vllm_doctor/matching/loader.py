@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,7 @@ from vllm_doctor.matching.contract import _close, name_problems
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
 MIN_ANCHOR = 4
-# bounds on what one rule file can make the prefilter and the engine build (issue 10): far above
-# the built-in rules' (27 anchors of at most 71 characters, 6 patterns)
+# bounds on a rule file's prefilter and engine (issue 10): far above the built-ins' 27 anchors of <= 71 chars, 6 patterns
 MAX_ANCHOR = 256  # characters in one anchor (hyperscan refuses long literals)
 MAX_ANCHORS = 64
 MAX_PATTERNS = 32
@@ -37,7 +36,6 @@ _RULE_KEYS = {
 _PATTERN_KEYS = {"regex", "since", "until", "source", "level", "unless", "example", "counter_example"}
 _FIX_KEYS = {"action", "flag", "value", "when", "why"}
 _LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
-SERIES = SERIES_FIELDS
 
 
 class RuleError(DoctorError):
@@ -51,8 +49,7 @@ class RuleError(DoctorError):
 
 
 def builtin_dir() -> Path:
-    """rules/ inside the installed wheel (beside this module), or at the top of a source
-    checkout or editable install."""
+    """rules/ inside the installed wheel (beside this module), or atop a source checkout."""
     package = Path(__file__).resolve().parents[1]
     packaged = package / "rules"
     return packaged if packaged.is_dir() else package.parents[1] / "rules"
@@ -62,8 +59,9 @@ def rule_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*.toml") if p.is_file())
 
 
-def load(dirs: Iterable[Path] | None = None, *, builtin: bool = True) -> list[Rule]:
-    """All rules: the built-in ones, then each extra directory; a later id replaces an earlier."""
+def load(dirs: Iterable[Path] | None = None, *, builtin: bool = True, skip: Callable | None = None) -> list[Rule]:
+    """All rules: the built-in ones, then each extra directory's; a later id replaces an earlier. A bad
+    file of an extra directory raises, or with `skip` goes to skip(error) (a warning) and is left out."""
     sources = ([builtin_dir()] if builtin else []) + [Path(d) for d in (dirs or [])]
     rules: dict[str, Rule] = {}
     for i, directory in enumerate(sources):
@@ -76,8 +74,14 @@ def load(dirs: Iterable[Path] | None = None, *, builtin: bool = True) -> list[Ru
                 rules[rule.id] = rule
             continue
         for path in files:
-            rule = load_file(path)
-            rules[rule.id] = rule
+            try:
+                rule = load_file(path)
+            except RuleError as e:
+                if skip is None:
+                    raise
+                skip(e)
+            else:
+                rules[rule.id] = rule
     return list(rules.values())
 
 
@@ -401,10 +405,10 @@ def _facts(data: dict, rule: Rule, groups: set[str], out: _Problems) -> None:
         out.add("facts", "must map group names to fact names")
         return
     series = data.get("series")
-    if series is not None and series not in SERIES:
-        out.add("series", f"must be one of {', '.join(SERIES)}")
+    if series is not None and series not in SERIES_FIELDS:
+        out.add("series", f"must be one of {', '.join(SERIES_FIELDS)}")
         series = None
-    known = SERIES[series] if series else {**FACTS, ARGS: str}
+    known = SERIES_FIELDS[series] if series else {**FACTS, ARGS: str}
     for group, fact in facts.items():
         if group not in groups:
             out.add(f"facts.{group}", "is not a named group of any pattern")
