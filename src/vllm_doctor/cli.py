@@ -402,6 +402,8 @@ def main() -> None:
     except DoctorError as e:  # a bad VLLM_DOCTOR_* variable or config file
         typer.echo(f"vllm-doctor: {e}", err=True)
         code = 2
+    except SystemExit as e:  # click met a closed stdout itself (the top --help) and exits 1: SIGPIPE's 141
+        code = 141 if type(sys.stdout).__name__ == "PacifyFlushWrapper" else e.code
     except BrokenPipeError:  # a listing's reader went away (`rules | head`)
         from vllm_doctor.output import quiet_closed_stdout
 

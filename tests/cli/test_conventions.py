@@ -178,7 +178,7 @@ def test_help_has_plain_metavars_and_the_exit_codes():
 # a closed stdout: the diagnosis's status (or SIGPIPE's 141), never 1 from a BrokenPipeError, no traceback
 @pytest.mark.parametrize(("args", "status"), [
     (["explain", OOM, "--no-gpu"], 1), (["explain", OOM, "--no-gpu", "-f", "json"], 1),
-    (["explain", LAB / "healthy.log", "--no-gpu", "-f", "markdown"], 0), (["rules"], 141),
+    (["explain", LAB / "healthy.log", "--no-gpu", "-f", "markdown"], 0), (["rules"], 141), (["--help"], 141),
 ])  # fmt: skip
 def test_a_closed_pipe_keeps_the_status(args, status):
     p = start(*args)
