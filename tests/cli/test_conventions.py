@@ -275,3 +275,19 @@ def test_a_bad_rule_file_is_one_warning_and_the_built_in_rules_still_run(tmp_pat
     assert p.returncode == 1 and {"kv-cache-too-small-for-max-len", "my-rule"} <= rules
     strict = doctor("explain", log, "--rules", d, "--no-gpu", "--strict-rules")
     assert strict.returncode == 2 and strict.stdout == b"" and len(strict.stderr.splitlines()) == 1
+
+
+def test_a_terminal_gets_the_hint_at_once_and_ctrl_d_ends_it():
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "vllm_doctor", "explain", "-", "--no-gpu", "-f", "json"],
+                             env=env(), stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        assert _line_within(p.stderr, 20).decode().rstrip("\n") == STDIN_HINT  # no quiet time for a terminal
+        os.write(master, b"\x04")  # Ctrl-D: the end of the input
+        out, err = p.communicate(timeout=60)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert p.returncode == 4 and conforms(out)["input"]["empty"] is True and err == b""

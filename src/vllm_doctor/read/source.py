@@ -113,6 +113,7 @@ class Source:
             head = stream.read(2)
         except OSError as e:
             raise ReadError(f"{name}: read failed ({e.strerror or e})") from None
+        self.done = not head  # ended already (Ctrl-D on a terminal): no second read to wait on
         self.stream: Any = stream  # a binary file, stdin's buffer, or a GzipFile: all have readinto
         if head == b"\x1f\x8b":
             self.stream = gzip.GzipFile(fileobj=_Prepend(head, stream))
