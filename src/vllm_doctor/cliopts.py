@@ -75,7 +75,10 @@ class Color(str, Enum):
 RulesDirs = Annotated[
     list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).", metavar="DIR")
 ]
-FormatOpt = Annotated[Optional[Format], typer.Option("--format", "-f", help="Output format [default: text].")]
+FormatOpt = Annotated[
+    Optional[Format],
+    typer.Option("--format", "-f", help="Output format: text, unless -o PATH.json|.md or a setting says."),
+]
 OutputOpt = Annotated[
     Optional[str],
     typer.Option(
