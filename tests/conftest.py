@@ -85,3 +85,36 @@ def run(rules):
         return explain([str(p) for p in paths], rules, options)
 
     return _run
+
+
+SCHEMAS = ROOT / "src" / "vllm_doctor" / "schemas"
+
+
+def _validators() -> dict:
+    """One jsonschema validator per shipped schema (report-1, plan-1, serve-report-1), refs resolved
+    among them by their $id."""
+    import json
+
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+
+    docs = {p.stem: json.loads(p.read_text()) for p in sorted(SCHEMAS.glob("*.json"))}
+    registry = Registry().with_resources((d["$id"], Resource.from_contents(d)) for d in docs.values())
+    for d in docs.values():
+        Draft202012Validator.check_schema(d)
+    return {name: Draft202012Validator(d, registry=registry) for name, d in docs.items()}
+
+
+VALIDATORS = _validators()
+
+
+def conforms(data, schema: str = "report-1"):
+    """`data` (a dict, or the JSON text) checked against a shipped schema: every error at once."""
+    import json
+
+    if isinstance(data, (str, bytes)):
+        data = json.loads(data)
+    data = json.loads(json.dumps(data, default=str))  # as the renderers write it
+    errors = sorted(VALIDATORS[schema].iter_errors(data), key=lambda e: list(e.absolute_path))
+    assert not errors, "\n".join(f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors[:10])
+    return data

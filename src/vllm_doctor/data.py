@@ -12,6 +12,8 @@ SEVERITIES = ("blocker", "warning", "info")
 # facts.model_shape of the report (issue 3's facts.model keys, plus the name and where it came from)
 MODEL_SHAPE_KEYS = ("name", "layers", "attention_heads", "kv_heads", "head_dim", "kv_bytes_per_token",
                     "max_position_embeddings", "params", "params_source", "source")  # fmt: skip
+# facts.concurrency of the report: null when the log gives no KV cache size (more keys with a target)
+CONCURRENCY_KEYS = ("kv_tokens", "max_model_len", "worst_case_sequences")
 CONFIDENCES = ("high", "medium", "low")
 # a fix's `direction`: lower or raise a number, set a value, turn a switch on
 FIX_DIRECTIONS = ("lower", "raise", "set", "enable")
@@ -89,11 +91,20 @@ class Rule:
     linear: bool = False
 
 
+EVIDENCE_CHARS = 400  # an evidence line is cut here; the report flags the cut (truncated)
+
+
 @dataclass(slots=True)
 class Evidence:
     line: int
     text: str
     source: int = 0
+    truncated: bool = False  # the text was cut at EVIDENCE_CHARS
+
+
+def cut_evidence(line: int, text: str, source: int = 0) -> Evidence:
+    """An evidence line, cut at EVIDENCE_CHARS and flagged when it was."""
+    return Evidence(line, text[:EVIDENCE_CHARS], source, len(text) > EVIDENCE_CHARS)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_doctor.data import MODEL_SHAPE_KEYS, Diagnosis, Life, Match, Report, Rule
+from vllm_doctor.data import CONCURRENCY_KEYS, MODEL_SHAPE_KEYS, Diagnosis, Life, Match, Report, Rule
 from vllm_doctor.knowledge.checks import DEFAULT_BLOCK_SIZE, CheckInput, Options, concurrency_budget
 from vllm_doctor.knowledge.command import corrected
 from vllm_doctor.knowledge.diagnose import diagnose
@@ -132,8 +132,7 @@ def build(
     diagnoses = diagnose(rules, matches, facts, local)
     report_facts = facts.to_json()
     budget = concurrency_budget(CheckInput(facts.flat(), facts, None, local)).values
-    if budget:
-        report_facts["concurrency"] = budget
+    report_facts["concurrency"] = {**dict.fromkeys(CONCURRENCY_KEYS), **budget}  # report/1: always there
     report_facts.update(model_facts(facts, local, model_note))
     report_facts["gpu"] = _gpu_json(options)
     report_facts.update(extra or {})

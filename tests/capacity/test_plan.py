@@ -3,12 +3,10 @@ card, the ready `vllm serve` line, and one-line errors."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from typer.testing import CliRunner
 
-from conftest import FIXTURES
+from conftest import FIXTURES, conforms
 from vllm_doctor.capacity import gpu
 from vllm_doctor.capacity.plan import PlanError, PlanRequest, make_plan
 from vllm_doctor.cli import app
@@ -25,7 +23,7 @@ def plan(*args, env=None):
 
 def plan_json(*args):
     result = plan(*args, "--format", "json", "--no-gpu")
-    return result.exit_code, json.loads(result.stdout)
+    return result.exit_code, conforms(result.stdout, "plan-1")
 
 
 def test_the_seed_exactly():

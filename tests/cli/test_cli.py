@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import gzip
-import json
 import subprocess
 import sys
 
 from typer.testing import CliRunner
 
-from conftest import LAB
+from conftest import LAB, conforms
 from vllm_doctor.cli import app
 
 runner = CliRunner()
@@ -53,7 +52,7 @@ def test_verbose_adds_every_number_with_its_meaning_and_quiet_keeps_the_verdict(
 
 
 def test_json_and_markdown_formats(tmp_path):
-    data = json.loads(explain(LAB / "tp-divisibility.log", "--format", "json").output)
+    data = conforms(explain(LAB / "tp-divisibility.log", "--format", "json").output)
     assert data["diagnoses"][0]["category"] == "tp-divisibility"
     target = tmp_path / "incident.md"
     result = explain(LAB / "tp-divisibility.log", "--format", "markdown", "-o", target)
@@ -70,16 +69,16 @@ def test_json_and_markdown_formats(tmp_path):
 def test_stdin_and_gzip(tmp_path):
     raw = (LAB / "context-exceeds-max.log").read_bytes()
     result = explain("-", "--format", "json", input=raw)
-    assert json.loads(result.output)["diagnoses"][0]["category"] == "context-exceeds-max"
+    assert conforms(result.output)["diagnoses"][0]["category"] == "context-exceeds-max"
     gz = tmp_path / "server.log.gz"
     gz.write_bytes(gzip.compress(raw))
-    data = json.loads(explain(gz, "--format", "json").output)
+    data = conforms(explain(gz, "--format", "json").output)
     assert data["diagnoses"][0]["category"] == "context-exceeds-max"
     assert data["input"]["lines"] == raw.count(b"\n")
 
 
 def test_several_files_keep_their_own_line_numbers():
-    data = json.loads(explain(LAB / "healthy.log", LAB / "tp-divisibility.log", "-f", "json").output)
+    data = conforms(explain(LAB / "healthy.log", LAB / "tp-divisibility.log", "-f", "json").output)
     ev = data["diagnoses"][0]["evidence"][0]
     assert ev["path"].endswith("tp-divisibility.log")
     assert (
@@ -104,7 +103,7 @@ def test_unreadable_input_is_one_clear_line_and_exit_2(tmp_path):
 
 
 def test_target_concurrency_budget():
-    data = json.loads(
+    data = conforms(
         explain(LAB / "healthy.log", "-f", "json", "--target-concurrency", "2048", "--target-len", "1024").output
     )
     budget = data["facts"]["concurrency"]
@@ -122,7 +121,7 @@ def test_runs_as_a_module():
         check=False,
     )
     assert proc.returncode == 1
-    assert json.loads(proc.stdout)["status"] == "failed"
+    assert conforms(proc.stdout)["status"] == "failed"
 
 
 def test_usage_error_is_one_line_with_status_2():

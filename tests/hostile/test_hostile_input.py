@@ -432,7 +432,7 @@ def _explain_with(tmp_path: Path, rules: Path, log: str = "it happened 3\n"):
 
     path = tmp_path / "x.log"
     path.write_text(log)
-    return CliRunner().invoke(app, ["explain", str(path), "--rules", str(rules), "--format", "json"])
+    return CliRunner().invoke(app, ["explain", str(path), "--rules", str(rules), "--format", "json", "--strict-rules"])
 
 
 @pytest.mark.parametrize(

@@ -88,10 +88,15 @@ def test_loading_rules_refuses_every_attack_with_one_line(tmp_path, no_backtrack
     d = rules_dir(tmp_path, {rid: rule_text(rid, pattern)})
     log = tmp_path / "x.log"
     log.write_text("it happened 3\n")
-    result = CliRunner().invoke(app, ["explain", str(log), "--rules", str(d)])
+    result = CliRunner().invoke(app, ["explain", str(log), "--rules", str(d), "--strict-rules"])
     assert result.exit_code == 2
     [line] = result.stderr.splitlines()
     assert line.startswith(f"vllm-doctor: {d / rid}.toml: key 'patterns[0].regex': ") and reason in line
+    # without --strict-rules: the same line as a warning, and the built-in rules diagnose the log
+    result = CliRunner().invoke(app, ["explain", str(log), "--rules", str(d), "--no-gpu"])
+    assert result.exit_code == 4, result.output  # the log holds no vLLM output: unknown
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"vllm-doctor: {d / rid}.toml: key 'patterns[0].regex': ") and "(skipped" in line
 
 
 def _capped():
@@ -104,7 +109,7 @@ def test_the_cli_refuses_the_allocation_attack_in_its_own_process(tmp_path):
     d = rules_dir(tmp_path, {"huge-count": rule_text("huge-count", ATTACKS["huge-count"][0])})
     log = tmp_path / "x.log"
     log.write_text("it happened 3\n")
-    for args in (["rules", "check", str(d)], ["explain", str(log), "--rules", str(d)]):
+    for args in (["rules", "check", str(d)], ["explain", str(log), "--rules", str(d), "--strict-rules"]):
         p = subprocess.run(
             [sys.executable, "-m", "vllm_doctor", *args], capture_output=True, text=True, timeout=60, preexec_fn=_capped
         )

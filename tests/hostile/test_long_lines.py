@@ -4,12 +4,11 @@ line with the failure at its end, all come out failed, with the blocker's line n
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import shapes
 from typer.testing import CliRunner
 
+from conftest import conforms
 from vllm_doctor.cli import app
 from vllm_doctor.read import logread
 from vllm_doctor.read.prefilter import Prefilter
@@ -20,7 +19,7 @@ def explain(tmp_path, data: bytes, name: str = "server.log") -> dict:
     path.write_bytes(data)
     result = CliRunner().invoke(app, ["explain", str(path), "--format", "json", "--no-gpu"])
     assert result.exit_code == 1, (result.exit_code, result.output[-2000:])
-    return json.loads(result.stdout)
+    return conforms(result.stdout)
 
 
 def blocker(report: dict) -> dict:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 import shapes
 from typer.testing import CliRunner
 
+from conftest import conforms
 from vllm_doctor.cli import app
 from vllm_doctor.read import logread, source
 from vllm_doctor.read.prefilter import Prefilter
@@ -29,7 +29,7 @@ def explain(tmp_path, data: bytes, name: str = "server.log"):
 
 def failed_at(result, line: int) -> list[str]:
     assert result.exit_code == 1, result.output[-2000:]
-    report = json.loads(result.stdout)
+    report = conforms(result.stdout)
     [d] = [d for d in report["diagnoses"] if d["severity"] == "blocker"]
     assert d["evidence"][0]["line"] == line and "CUDA out of memory" in d["evidence"][0]["text"]
     return report["input"]["warnings"]
@@ -69,7 +69,7 @@ def test_a_hole_across_reads_is_dropped_whole(monkeypatch, piece):
 def test_a_file_of_nuls_only_is_an_empty_log_with_a_warning(tmp_path):
     result = explain(tmp_path, b"\0" * 100_000)
     assert result.exit_code == 4  # status unknown: no vLLM output at all (issue 9)
-    report = json.loads(result.stdout)
+    report = conforms(result.stdout)
     assert report["input"]["lines"] == 0 and report["status"] == "unknown"
     assert any("skipped 100,000 NUL bytes" in w for w in report["input"]["warnings"])
 

@@ -104,7 +104,7 @@ def test_a_rule_file_that_breaks_the_toml_reader(tmp_path, text, command):
     log = tmp_path / "x.log"
     log.write_text("it happened 3\n")
     if command == "explain":
-        args, prefix = ["explain", str(log), "--rules", str(rules), "--no-gpu"], "vllm-doctor: "
+        args, prefix = ["explain", str(log), "--rules", str(rules), "--no-gpu", "--strict-rules"], "vllm-doctor: "
     else:  # `rules check` lists problems as FILE: PROBLEM lines
         args, prefix = ["rules", "check", str(rules)], str(rules / "my-rule.toml")
     start = time.perf_counter()

@@ -12,7 +12,7 @@ import sys
 
 from typer.testing import CliRunner
 
-from conftest import LAB
+from conftest import LAB, conforms
 from vllm_doctor.cli import app
 
 URL_PASS = "urlpass-7d1e2f"
@@ -65,7 +65,7 @@ def test_serve_report_directory_holds_none_of_them(tmp_path, fake_bin):
         for s in [*PATTERN_SECRETS, SPLIT[:14], SPLIT[14:], SECOND_WORD]:
             assert s not in text, (f.name, s)
     assert (d / "server.log").read_text().count("\n") == log.read_text().count("\n")
-    data = json.loads((d / "report.json").read_text())
+    data = conforms((d / "report.json").read_text(), "serve-report-1")
     assert data["diagnoses"][0]["category"] == "tp-divisibility"
     assert "[REDACTED]" in json.dumps(data["diagnoses"][0]["evidence"])
 

@@ -4,7 +4,6 @@ wrapper that is SIGKILLed cannot forward anything: vLLM is stopped by PR_SET_PDE
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAB
+from conftest import LAB, conforms
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="/proc and prctl are Linux's")
 
@@ -54,7 +53,7 @@ def test_a_descendant_that_called_setsid_is_reaped_and_named(tmp_path, fake_bin)
     assert p.returncode == 1
     assert b"VLLM::Escaped (had left the process group)" in p.stderr
     (d,) = (tmp_path / "vllm-doctor-reports").iterdir()
-    survivors = json.loads((d / "report.json").read_text())["serve"]["survivors"]
+    survivors = conforms((d / "report.json").read_text(), "serve-report-1")["serve"]["survivors"]
     (s,) = [s for s in survivors if "VLLM::Escaped" in s["command"]]
     assert s["killed"] and s["left_group"]
     assert not _alive(s["pid"])

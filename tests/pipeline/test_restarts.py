@@ -64,7 +64,7 @@ def test_fix_then_fail_is_the_failure_with_its_own_numbers(tmp_path, run):
     assert data["status"] == "failed" and data["diagnoses"][0]["category"] == "cache-oom"
     # the healthy start's KV cache (1,048,576 tokens) is not this start's: no "32 sequences of 32768 tokens"
     assert data["facts"]["max_model_len"] == 32768 and data["facts"]["kv_cache"]["tokens"] is None
-    assert "concurrency" not in data["facts"]
+    assert data["facts"]["concurrency"] == {"kv_tokens": None, "max_model_len": None, "worst_case_sequences": None}
     assert data["diagnoses"][0]["numbers"]["fit_max_model_len"] == 8064
     assert lives(report)[0] == ("healthy", "served since 01:48, shut down at 01:48", 1024)
     assert data["lifetimes"][0]["facts"]["kv_cache"]["tokens"] == 1048576

@@ -4,13 +4,12 @@ with the same rules as the logs: cache full, sequence cap, stall, healthy."""
 from __future__ import annotations
 
 import http.server
-import json
 import threading
 
 import pytest
 from typer.testing import CliRunner
 
-from conftest import LAB
+from conftest import LAB, conforms
 from vllm_doctor.cli import app
 from vllm_doctor.pipeline import from_metrics
 from vllm_doctor.read import metrics
@@ -153,7 +152,7 @@ def test_explain_metrics_saturated_and_healthy(server):
     runner = CliRunner()
     r = runner.invoke(app, ["explain", "--metrics", url, "--format", "json"])
     assert r.exit_code == 0, r.output  # a warning: exit 1 only with --fail-on warning
-    data = json.loads(r.output)
+    data = conforms(r.output)
     assert data["diagnoses"][0]["category"] == "queue-saturation"
     assert data["input"]["paths"] == [url + "/metrics"]
     assert data["facts"]["metrics"]["kv_usage_metric"] == "vllm:kv_cache_usage_perc"
@@ -163,7 +162,7 @@ def test_explain_metrics_saturated_and_healthy(server):
     state["files"], state["i"] = [HEALTHY], 0
     r = runner.invoke(app, ["explain", "--metrics", url, "--format", "json"])
     assert r.exit_code == 0
-    data = json.loads(r.output)
+    data = conforms(r.output)
     assert data["status"] == "healthy"
     assert [d for d in data["diagnoses"] if d["severity"] != "info"] == []
 
@@ -178,7 +177,7 @@ def test_watch_a_series(server):
     state["files"] = [LAB / f"queue-saturation.metrics-{i}.txt" for i in (0, 1, 5, 9)]
     r = CliRunner().invoke(app, ["watch", url, "--interval", "0.1", "--samples", "4", "--format", "json"])
     assert r.exit_code == 0, r.output
-    data = json.loads(r.stdout)
+    data = conforms(r.stdout)
     assert data["diagnoses"][0]["category"] == "queue-saturation"
     assert data["facts"]["stats"]["samples"] == 4
     assert r.stderr.count("scrape ") == 4 and "waiting 11 (capacity 11)" in r.stderr

@@ -4,7 +4,6 @@ lost bytes, the live warning, and vllm-doctor failing without harming the server
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAB
+from conftest import LAB, conforms
 from vllm_doctor.serve import options as options_mod
 from vllm_doctor.serve import watch as watch_mod
 from vllm_doctor.serve import wrapper as serve_mod
@@ -92,7 +91,7 @@ def test_exit_status_is_the_childs(tmp_path, fake_bin, recording, end, status, r
         assert {p.name for p in dirs[0].iterdir()} - PICTURES == REPORT_FILES
         lines = [ln for ln in err.decode().splitlines() if ln.startswith("vllm-doctor:")]
         assert len(lines) == 1 and "incident report in" in lines[0] and str(dirs[0].name) in lines[0]
-        data = json.loads((dirs[0] / "report.json").read_text())
+        data = conforms((dirs[0] / "report.json").read_text(), "serve-report-1")
         assert data["serve"]["exit_status"] == status
         assert data["serve"]["bad_exit"] is True
     else:
@@ -105,7 +104,7 @@ def test_failed_start_report_names_the_category(tmp_path, fake_bin):
     )
     assert rc == 1
     (d,) = (tmp_path / "incident").iterdir()  # a new directory per incident under --report-dir
-    data = json.loads((d / "report.json").read_text())
+    data = conforms((d / "report.json").read_text(), "serve-report-1")
     assert data["schema"] == "vllm-doctor/report/1"
     assert data["diagnoses"][0]["category"] == "tp-divisibility"
     assert data["input"]["paths"] == ["server.log"]
@@ -120,7 +119,7 @@ def test_always_report_after_a_clean_exit(tmp_path, fake_bin):
     rc, _, err = run_serve(tmp_path, fake_bin, "--always-report", FAKE_REPLAY=LAB / "healthy.log", FAKE_END="exit:0")
     assert rc == 0
     (d,) = report_dirs(tmp_path)
-    data = json.loads((d / "report.json").read_text())
+    data = conforms((d / "report.json").read_text(), "serve-report-1")
     assert data["serve"]["bad_exit"] is False and data["status"] == "healthy"
 
 
@@ -129,7 +128,7 @@ def test_engine_dead_with_status_zero_is_a_bad_exit(tmp_path, fake_bin):
     rc, _, err = run_serve(tmp_path, fake_bin, FAKE_REPLAY=LAB / "unsupported-head-dim.log", FAKE_END="exit:0")
     assert rc == 0  # the wrapper's status stays the child's
     (d,) = report_dirs(tmp_path)
-    data = json.loads((d / "report.json").read_text())
+    data = conforms((d / "report.json").read_text(), "serve-report-1")
     assert any("fatal error" in r for r in data["serve"]["reasons"])
     assert data["status"] == "failed"
 
@@ -197,7 +196,7 @@ def test_signals_are_forwarded(tmp_path, fake_bin, sig, end, status, reported):
     dirs = report_dirs(tmp_path)
     assert bool(dirs) is reported
     if reported:
-        serve = json.loads((dirs[0] / "report.json").read_text())["serve"]
+        serve = conforms((dirs[0] / "report.json").read_text(), "serve-report-1")["serve"]
         assert serve["signals_forwarded"] == [signal.Signals(sig).name]
 
 
@@ -217,7 +216,7 @@ def test_stop_hang_escalates_to_sigkill(tmp_path, fake_bin):
     text = err.decode()
     assert "waiting for connections to close; sent SIGKILL" in text
     (d,) = report_dirs(tmp_path)
-    serve = json.loads((d / "report.json").read_text())["serve"]
+    serve = conforms((d / "report.json").read_text(), "serve-report-1")["serve"]
     assert serve["escalated_to_sigkill"] and serve["hung_waiting_for_connections"]
     assert serve["signals_forwarded"] == ["SIGINT", "SIGINT"]
 
@@ -247,7 +246,7 @@ def test_orphans_are_reaped_and_named(tmp_path, fake_bin):
     assert rc == 137
     assert b"outlived the main one" in err and b"VLLM::EngineCore" in err
     (d,) = report_dirs(tmp_path)
-    survivors = json.loads((d / "report.json").read_text())["serve"]["survivors"]
+    survivors = conforms((d / "report.json").read_text(), "serve-report-1")["serve"]["survivors"]
     assert survivors and all(s["killed"] for s in survivors)
     assert any("VLLM::EngineCore" in s["command"] for s in survivors)
     for s in survivors:
@@ -331,7 +330,7 @@ def test_bad_rule_file_does_not_touch_the_server(tmp_path, fake_bin):
     assert (d / "server.log").read_bytes() == (LAB / "tp-divisibility.log").read_bytes()
     assert "live watch stopped" in err.decode()
     assert "could not diagnose" in err.decode()
-    data = json.loads((d / "report.json").read_text())
+    data = conforms((d / "report.json").read_text(), "serve-report-1")
     assert data["serve"]["diagnosis_error"]
 
 
@@ -447,7 +446,7 @@ def test_gpu_snapshot_at_exit_goes_into_the_report(tmp_path, fake_bin, monkeypat
     assert "GPU 0 NVIDIA H100 80GB HBM3 (this machine, now): 81,559 MiB total, 70,000 used, 11,559 free" in env
     assert "processes: 4242 VLLM::EngineCore 69,800 MiB" in env and "driver 550.54.15, CUDA 12.4" in env
     assert "VLLM::EngineCore" in (o.report_dir / "report.md").read_text()
-    data = json.loads((o.report_dir / "report.json").read_text())
+    data = conforms((o.report_dir / "report.json").read_text(), "serve-report-1")
     assert data["serve"]["gpu"]["devices"][0]["used_mib"] == 70000
     assert data["facts"]["gpu"]["devices"][0]["processes"][0]["pid"] == 4242
 
@@ -460,7 +459,7 @@ def test_under_serve_this_machines_gpus_inform_the_fixes(tmp_path, fake_bin, mon
     monkeypatch.setattr(gpu, "snapshot", lambda adapter=None: gpu.GpuSnapshot(True, None, [busy], "550.54.15", "12.4"))
     log = LAB.parent / "logs" / "cache-oom" / "0.10.2_colour-real-esc-sequences.log"
     o, _, _ = _in_process(tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=log, FAKE_END="exit:1")
-    data = json.loads((o.report_dir / "report.json").read_text())
+    data = conforms((o.report_dir / "report.json").read_text(), "serve-report-1")
     assert data["facts"]["gpu"]["this_host"] is True
     actions = [f["action"] for d in data["diagnoses"] for f in d["fixes"]]
     assert "Lower --gpu-memory-utilization to 0.72: other processes hold 20 GiB on this GPU" in actions

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote_plus
 
-from vllm_doctor.data import Evidence
+from vllm_doctor.data import cut_evidence
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
 from vllm_doctor.knowledge.facts import TracebackRecord
 
@@ -177,10 +177,10 @@ def failure_site(inp: CheckInput) -> CheckResult:
     if text:
         out["search_text"] = text
         out["search_url"] = ISSUES + quote_plus(text)
-    evidence = [Evidence(rec.line, rec.text, rec.source)]
+    shown = [cut_evidence(rec.line, rec.text, rec.source)]
     if raiser is not None and raiser is not rec:
-        evidence.append(Evidence(raiser.line, raiser.text, raiser.source))
-    return CheckResult(out, evidence)
+        shown.append(cut_evidence(raiser.line, raiser.text, raiser.source))
+    return CheckResult(out, shown)
 
 
 @check(reads=set(), returns={"survived", "during_shutdown", "fatal_here"})  # reads the phases and stats

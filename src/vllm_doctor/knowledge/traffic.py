@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_doctor.data import Evidence
+from vllm_doctor.data import cut_evidence
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
 from vllm_doctor.knowledge.facts import KV_NEAR_FULL_PCT, StatsSeries
 
@@ -47,7 +47,7 @@ def queue_kind(inp: CheckInput) -> CheckResult:
         out["preemptions"] = s.preemptions
     if s.waiting_running_max is not None:
         out["running_while_waiting_max"] = s.waiting_running_max
-    evidence = [Evidence(line, text, source) for line, source, text in s.evidence[:4]]
+    evidence = [cut_evidence(line, text, source) for line, source, text in s.evidence[:4]]
     confidence = None
     preempted = bool(s.preemptions)
     policy = str(inp.get("scheduling_policy") or "")

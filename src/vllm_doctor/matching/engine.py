@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from time import perf_counter
 from typing import Any, Protocol
 
-from vllm_doctor.data import Evidence, Line, Match, Rule
+from vllm_doctor.data import EVIDENCE_CHARS, Line, Match, Rule, cut_evidence
 from vllm_doctor.knowledge.facts import ARGS, SERIES_FIELDS, Facts, convert, number
 from vllm_doctor.matching.loader import compile_regex
 from vllm_doctor.read import lineparse
@@ -19,7 +19,6 @@ from vllm_doctor.read.logread import CONTEXT_AFTER  # the lines after a hit the 
 from vllm_doctor.read.prefilter import Prefilter
 
 MAX_EVIDENCE = 6  # evidence lines kept per rule
-EVIDENCE_CHARS = 400
 # The time guards skip a rule for one text, never for the rest of the input: a blocker at the end
 # of a log is found however long its rules took on the lines before it (issue 10).
 REGEX_TIMEOUT = 1.0  # seconds one pattern may spend on one text (ReDoS guard); past it, that text is skipped
@@ -150,7 +149,7 @@ class Engine:
             if len(match.evidence) < MAX_EVIDENCE and not any(
                 e.line == w.no and e.source == w.source for e in match.evidence
             ):
-                match.evidence.append(Evidence(w.no, w.raw.strip()[:EVIDENCE_CHARS], w.source))
+                match.evidence.append(cut_evidence(w.no, w.raw.strip(), w.source))
 
 
 def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) -> None:
@@ -162,7 +161,9 @@ def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) ->
             value = convert(kinds[name], text) if name else None
             if name and value is not None:
                 sample[name] = value
-        facts.add_sample(rule.series, sample, line, line.raw.strip()[:EVIDENCE_CHARS])
+        facts.add_sample(
+            rule.series, sample, line, line.raw.strip()[: EVIDENCE_CHARS + 1]
+        )  # +1: cut_evidence() sees the cut
     else:
         for group, value in groups.items():
             name = rule.facts.get(group)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,7 @@ from vllm_doctor.matching.contract import _close, name_problems
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
 MIN_ANCHOR = 4
-# bounds on what one rule file can make the prefilter and the engine build (issue 10): far above
-# the built-in rules' (27 anchors of at most 71 characters, 6 patterns)
+# bounds on a rule file's prefilter and engine (issue 10): far above the built-ins' 27 anchors of <= 71 chars, 6 patterns
 MAX_ANCHOR = 256  # characters in one anchor (hyperscan refuses long literals)
 MAX_ANCHORS = 64
 MAX_PATTERNS = 32
@@ -37,7 +36,6 @@ _RULE_KEYS = {
 _PATTERN_KEYS = {"regex", "since", "until", "source", "level", "unless", "example", "counter_example"}
 _FIX_KEYS = {"action", "flag", "value", "when", "why", "direction"}
 _LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
-SERIES = SERIES_FIELDS
 
 
 class RuleError(DoctorError):
@@ -51,8 +49,7 @@ class RuleError(DoctorError):
 
 
 def builtin_dir() -> Path:
-    """rules/ inside the installed wheel (beside this module), or at the top of a source
-    checkout or editable install."""
+    """rules/ inside the installed wheel (beside this module), or atop a source checkout."""
     package = Path(__file__).resolve().parents[1]
     packaged = package / "rules"
     return packaged if packaged.is_dir() else package.parents[1] / "rules"
@@ -62,8 +59,9 @@ def rule_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*.toml") if p.is_file())
 
 
-def load(dirs: Iterable[Path] | None = None, *, builtin: bool = True) -> list[Rule]:
-    """All rules: the built-in ones, then each extra directory; a later id replaces an earlier."""
+def load(dirs: Iterable[Path] | None = None, *, builtin: bool = True, skip: Callable | None = None) -> list[Rule]:
+    """All rules: the built-in ones, then each extra directory's; a later id replaces an earlier. A bad
+    file of an extra directory raises, or with `skip` goes to skip(error) (a warning) and is left out."""
     sources = ([builtin_dir()] if builtin else []) + [Path(d) for d in (dirs or [])]
     rules: dict[str, Rule] = {}
     for i, directory in enumerate(sources):
@@ -76,8 +74,14 @@ def load(dirs: Iterable[Path] | None = None, *, builtin: bool = True) -> list[Ru
                 rules[rule.id] = rule
             continue
         for path in files:
-            rule = load_file(path)
-            rules[rule.id] = rule
+            try:
+                rule = load_file(path)
+            except RuleError as e:
+                if skip is None:
+                    raise
+                skip(e)
+            else:
+                rules[rule.id] = rule
     return list(rules.values())
 
 
@@ -289,9 +293,7 @@ def parse(data: dict, path: Path, *, trusted: bool = False, linear: bool | None 
 def parse_all(
     data: dict, path: Path, *, trusted: bool = False, linear: bool | None = None
 ) -> tuple[Rule, list[RuleError]]:
-    """The rule as far as it can be read, and every problem of it (for `rules check`).
-
-    `linear`: whether its patterns must be in the linear-time subset (RE2); by default every
+    """The rule as far as it can be read, and every problem of it (for `rules check`). `linear`: whether its patterns must be in the linear-time subset (RE2); by default every
     rule but a trusted one or one from the built-in rules directory."""
     out = _Problems(path)
     if linear is None:
@@ -401,10 +403,10 @@ def _facts(data: dict, rule: Rule, groups: set[str], out: _Problems) -> None:
         out.add("facts", "must map group names to fact names")
         return
     series = data.get("series")
-    if series is not None and series not in SERIES:
-        out.add("series", f"must be one of {', '.join(SERIES)}")
+    if series is not None and series not in SERIES_FIELDS:
+        out.add("series", f"must be one of {', '.join(SERIES_FIELDS)}")
         series = None
-    known = SERIES[series] if series else {**FACTS, ARGS: str}
+    known = SERIES_FIELDS[series] if series else {**FACTS, ARGS: str}
     for group, fact in facts.items():
         if group not in groups:
             out.add(f"facts.{group}", "is not a named group of any pattern")
@@ -468,7 +470,7 @@ def _diagnosis_rule(data: dict, rule: Rule, out: _Problems) -> None:
 
 def _fixes(data: dict, out: _Problems) -> list[Fix]:
     """[[fixes]]: action, why and value are each a template or a list of fallbacks."""
-    fixes = []
+    fixes: list[Fix] = []
     for key, f in out.tables(data, "fixes", _FIX_KEYS, "a fix key"):
         parts: dict[str, list[str]] = {}
         for k in ("action", "why", "value"):
@@ -483,17 +485,15 @@ def _fixes(data: dict, out: _Problems) -> list[Fix]:
         for k in ("flag", "when", "direction"):
             if f.get(k) is not None and not isinstance(f[k], str):
                 out.add(f"{key}.{k}", "must be a string")
-        direction = f.get("direction") if isinstance(f.get("direction"), str) else None
-        if direction is not None and (direction not in FIX_DIRECTIONS or not isinstance(f.get("flag"), str)):
+        flag, when, direction = (f.get(k) if isinstance(f.get(k), str) else None for k in ("flag", "when", "direction"))
+        if direction is not None and (direction not in FIX_DIRECTIONS or flag is None):
             out.add(f"{key}.direction", f"must be one of {', '.join(FIX_DIRECTIONS)}, with a flag")
-        out.condition(f.get("when") if isinstance(f.get("when"), str) else None, f"{key}.when")
+        out.condition(when, f"{key}.when")
         if not parts["action"] or not parts["why"]:
             continue
         variants = [(a, parts["why"][min(j, len(parts["why"]) - 1)],
                      (parts["value"][min(j, len(parts["value"]) - 1)] if parts["value"] else "") or None)
                     for j, a in enumerate(parts["action"])]  # fmt: skip
         (action, why, value), *fallbacks = variants
-        when = f.get("when") if isinstance(f.get("when"), str) else None
-        flag = f.get("flag") if isinstance(f.get("flag"), str) else None
         fixes.append(Fix(action, why, flag, value, when, direction, fallbacks))
     return fixes

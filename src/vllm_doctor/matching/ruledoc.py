@@ -61,6 +61,30 @@ def document(rule: Rule) -> str:
     return "\n".join(out)
 
 
+def show(rules: list[Rule], name: str) -> str:
+    """`rules show NAME`: the rule's documentation, or the rules of the category NAME; for a name
+    that is neither, a DoctorError that offers the close ids and categories."""
+    import difflib
+
+    from vllm_doctor.errors import DoctorError
+
+    by_id = {r.id: r for r in rules}
+    if name in by_id:
+        return document(by_id[name])
+    members = sorted((r for r in rules if r.category == name), key=lambda r: (-SEVERITY_ORDER[r.severity], r.id))
+    if members:
+        lines = [f"{name}: {len(members)} rule(s); `vllm-doctor rules show ID` documents one", ""]
+        return "\n".join(lines + [f"  {r.id:48} {r.severity:8} {r.title}" for r in members])
+    known = list(by_id) + sorted({r.category for r in rules if r.category})
+    close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
+    close += [k for k in known if name in k and k not in close][: 5 - len(close)]  # cache-oom -> its rules
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise DoctorError(f"no rule or category {name!r}{hint} (`vllm-doctor rules` lists them)")
+
+
+SEVERITY_ORDER = {"blocker": 2, "warning": 1, "info": 0}
+
+
 def numbers(rule: Rule) -> list[str]:
     """The names the rule's summary, fixes and conditions can use (matching/contract.py)."""
     from vllm_doctor.knowledge.checks import CHECKS

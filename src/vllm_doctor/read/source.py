@@ -30,6 +30,31 @@ class ReadError(DoctorError):
     """Input that cannot be read at all; the message is one line for the user."""
 
 
+STDIN_HINT = "vllm-doctor: reading stdin… (Ctrl-D to end)"
+QUIET_S = 1.5  # a pipe that holds no data this long gets the hint: `kubectl logs -f` that stays open
+
+
+def stdin_hint(quiet: float = QUIET_S) -> None:
+    """Say once on stderr that stdin is being read: at once from a terminal, after `quiet`
+    seconds without data from a pipe (or socket) that stays open; never for a file or when data
+    is there. Only the command line calls it: a library caller's stderr stays its own."""
+    import select
+
+    try:
+        fd = sys.stdin.fileno()
+        mode = os.fstat(fd).st_mode
+        if os.isatty(fd):
+            ready = False
+        elif stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            ready = bool(select.select([fd], [], [], quiet)[0])  # readable: data, or the writer closed it
+        else:
+            return
+    except (OSError, ValueError, AttributeError):  # stdin closed or replaced (`<&-`, a test runner)
+        return
+    if not ready:
+        print(STDIN_HINT, file=sys.stderr, flush=True)
+
+
 def open_input(path: str) -> tuple[BinaryIO, bool]:
     """Open a path or stdin as a byte stream; the flag says whether to close it."""
     if path == "-":
@@ -88,6 +113,7 @@ class Source:
             head = stream.read(2)
         except OSError as e:
             raise ReadError(f"{name}: read failed ({e.strerror or e})") from None
+        self.done = not head  # ended already (Ctrl-D on a terminal): no second read to wait on
         self.stream: Any = stream  # a binary file, stdin's buffer, or a GzipFile: all have readinto
         if head == b"\x1f\x8b":
             self.stream = gzip.GzipFile(fileobj=_Prepend(head, stream))

@@ -11,7 +11,7 @@ SCHEMA = "vllm-doctor/report/1"
 
 
 def _evidence(e: Evidence, report: Report) -> dict[str, Any]:
-    out: dict[str, Any] = {"line": e.line, "text": e.text}
+    out: dict[str, Any] = {"line": e.line, "text": e.text, "truncated": e.truncated}
     if len(report.paths) > 1:
         out["path"] = report.paths[e.source]
     return out

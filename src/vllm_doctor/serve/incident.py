@@ -204,21 +204,32 @@ def json_text(w: Wrapper, report, diag_error: str | None, red) -> str:
 
     from vllm_doctor.render.json import SCHEMA, to_dict
 
-    if report is not None:
-        data = to_dict(report)
-    else:
-        data = {
-            "schema": SCHEMA,
-            "input": {"paths": ["server.log"], "lines": None, "warnings": []},
-            "status": "unknown",
-            "diagnoses": [],
-            "facts": {},
-        }
+    data = to_dict(report) if report is not None else _undiagnosed(SCHEMA)
     data["serve"] = serve_section(w, diag_error)
     if red is not None:
         data["serve"]["command"] = red.argv(w.argv)
         data = red.obj(data)
     return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def _undiagnosed(schema: str) -> dict[str, Any]:
+    """report/1 of an output the diagnosis failed on: every key, null or empty (lines: not read)."""
+    try:
+        from vllm_doctor.capacity.gpu import skipped
+        from vllm_doctor.knowledge.checks import Options
+        from vllm_doctor.knowledge.facts import Facts
+        from vllm_doctor.pipeline import build
+        from vllm_doctor.render.json import to_dict
+
+        options = Options(gpu_snapshot=skipped("the diagnosis failed"))
+        report = build([], Facts(), {}, options, paths=["server.log"], lines=0, warnings=[], recognised=False)
+        data = to_dict(report)
+        data["input"]["lines"] = None
+        return data
+    except Exception:  # what broke the diagnosis may break this too: the keys alone, then
+        empty = {"paths": ["server.log"], "lines": None, "warnings": [], "empty": False}
+        return {"schema": schema, "input": empty, "status": "unknown", "diagnoses": [], "facts": {},
+                "lifetime": None, "lifetimes": []}  # fmt: skip
 
 
 def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:

@@ -1,0 +1,227 @@
+"""The commands about a start: `check` (what it would fail on), `serve` (the start, wrapped) and
+`plan` (the arithmetic before it). cli.py registers them; their options come from cliopts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from vllm_doctor.cliopts import (
+    BlockSizeOpt,
+    Color,
+    ColorOpt,
+    CpuKvSpaceOpt,
+    FailOn,
+    FailOnOpt,
+    FormatOpt,
+    KvCacheMemoryOpt,
+    ModelArgs,
+    NoRedactOpt,
+    OfflineOpt,
+    OutputOpt,
+    Preflight,
+    RulesDirs,
+    TargetConcurrency,
+    exit_code,
+    fail,
+    target,
+)
+
+# check and serve read the vllm serve command line as given: everything after -- is vLLM's
+VLLM_ARGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+
+def check(
+    ctx: typer.Context,
+    vllm_args: Annotated[Optional[list[str]], ModelArgs] = None,
+    list_checks: Annotated[bool, typer.Option("--list", help="List the checks, one line each.")] = False,
+    only: Annotated[list[str], typer.Option("--only", help="Run only this check (repeatable).", metavar="NAME")] = [],  # noqa: B006
+    format: FormatOpt = None,
+    output: OutputOpt = None,
+    fail_on: FailOnOpt = FailOn.blocker,
+    offline: OfflineOpt = False,
+    no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Skip the NVML snapshot (the GPU checks say so).")] = False,
+    no_redact: NoRedactOpt = False,
+    color: ColorOpt = Color.auto,
+) -> None:
+    """Find what `vllm serve` would fail on, before it starts (fit, TP, the GPUs now, the host, the model; the
+    environment too). Exit status: 0 no blocker, 1 a blocker, 2 usage error, 4 unknown (fit or model not checked)."""
+    if list_checks:
+        from vllm_doctor.preflight.checks import listing
+
+        return typer.echo(listing())
+    from vllm_doctor.output import emit
+    from vllm_doctor.preflight.args import parse
+    from vllm_doctor.preflight.run import preflight
+
+    fmt, path = target(ctx, format, output, color)
+    args = list(vllm_args or [])
+    if not args or args == ["--"]:
+        fail("give the model after --: vllm-doctor check [OPTIONS] -- MODEL [vllm serve args]")
+    report = preflight(parse(args), only=list(only), offline=offline, no_gpu=no_gpu)
+    emit(report, fmt, path, redact=not no_redact)
+    raise typer.Exit(exit_code(report, fail_on))
+
+
+def serve(
+    vllm_args: Annotated[list[str], ModelArgs],
+    vllm_bin: Annotated[
+        Optional[str], typer.Option("--vllm-bin", help="The vllm executable (default: vllm on PATH).")
+    ] = None,
+    report_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--report-dir", help="Each incident in a new directory under this one (default: ./vllm-doctor-reports/)."
+        ),
+    ] = None,
+    always_report: Annotated[
+        bool, typer.Option("--always-report", help="Write the report after a clean exit too.")
+    ] = False,
+    log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Also keep the raw output here.")] = None,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace", min=0, metavar="SECONDS", help="Seconds after a forwarded SIGINT/SIGTERM/SIGHUP before SIGKILL."
+        ),
+    ] = 30.0,
+    reap_wait: Annotated[
+        float,
+        typer.Option(
+            "--reap-wait",
+            min=0,
+            metavar="SECONDS",
+            help="Seconds vLLM's other processes get to exit after the main one.",
+        ),
+    ] = 15.0,
+    watch_samples: Annotated[
+        int,
+        typer.Option(
+            "--watch-samples",
+            min=1,
+            metavar="N",
+            help="Warn after this many stats samples with requests waiting on a full KV cache.",
+        ),
+    ] = 3,
+    no_watch: Annotated[
+        bool, typer.Option("--no-watch", help="Do not watch the stats lines while the server runs.")
+    ] = False,
+    no_redact: NoRedactOpt = False,
+    rules_dirs: RulesDirs = [],  # noqa: B006
+    preflight: Annotated[
+        Preflight,
+        typer.Option("--preflight", help="Run `check` first: warn (and start), strict (refuse a blocker), off."),
+    ] = Preflight.warn,
+) -> None:
+    """Run vllm serve, pass its output through, and on a bad exit write a diagnosed incident report.
+
+    Exits with vLLM's own status (128 + N when a signal N ended it); 1 when --preflight strict refuses.
+    """
+    from vllm_doctor.preflight.gate import before_serve
+    from vllm_doctor.serve import ServeOptions, run
+
+    if vllm_args and vllm_args[0] == "--":
+        vllm_args = vllm_args[1:]
+    if not vllm_args:
+        fail("give the model after --: vllm-doctor serve [OPTIONS] -- MODEL [vllm serve args]")
+    refused = before_serve(list(vllm_args), preflight.value)
+    if refused is not None:
+        raise typer.Exit(refused)
+    outcome = run(
+        ServeOptions(
+            vllm_args=list(vllm_args),
+            vllm_bin=vllm_bin,
+            report_dir=report_dir,
+            always_report=always_report,
+            log_file=log_file,
+            grace=grace,
+            reap_wait=reap_wait,
+            watch=not no_watch,
+            watch_samples=watch_samples,
+            redact=not no_redact,
+            rules_dirs=list(rules_dirs),
+        )
+    )
+    raise typer.Exit(outcome.status)
+
+
+def plan(
+    ctx: typer.Context,
+    models: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="Repo ids or model directories; several share one GPU.", metavar="[MODEL]...", show_default=False
+        ),
+    ] = None,
+    config: Annotated[
+        list[str], typer.Option("--config", help="A config.json (repeatable: one model each).", metavar="FILE")
+    ] = [],  # noqa: B006
+    params: Annotated[
+        Optional[str], typer.Option("--params", help="Parameters, e.g. 7B (overrides the config).")
+    ] = None,
+    layers: Annotated[Optional[int], typer.Option("--layers", min=1, help="Layers (shape by hand).")] = None,
+    heads: Annotated[
+        Optional[int], typer.Option("--heads", min=1, help="Attention heads (for valid TP sizes).")
+    ] = None,
+    kv_heads: Annotated[Optional[int], typer.Option("--kv-heads", min=1, help="KV heads.")] = None,
+    head_dim: Annotated[Optional[int], typer.Option("--head-dim", min=1, help="Head size.")] = None,
+    dtype: Annotated[
+        Optional[str], typer.Option("--dtype", help="Weight dtype (default: the config's, else bfloat16).")
+    ] = None,
+    gpu_memory: Annotated[
+        str, typer.Option("--gpu-memory", help="Per GPU: 80GB (10^9 B), 80GiB (2^30 B), or auto (NVML).")
+    ] = "auto",
+    gpus: Annotated[
+        Optional[int], typer.Option("--gpus", min=1, help="GPUs available (default: NVML's count).")
+    ] = None,
+    utilization: Annotated[
+        float, typer.Option("--gpu-memory-utilization", help="Fraction of each GPU vLLM may use.")
+    ] = 0.90,
+    max_model_len: Annotated[
+        Optional[int],
+        typer.Option("--max-model-len", min=1, help="Tokens per sequence (default: the model's maximum)."),
+    ] = None,
+    tp: Annotated[int, typer.Option("--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel size.")] = 1,
+    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto (the model's dtype) or fp8.")] = "auto",
+    quantization: Annotated[
+        Optional[str], typer.Option("--quantization", help="awq, gptq, fp8, ... (bits per weight).")
+    ] = None,
+    target_concurrency: TargetConcurrency = None,
+    block_size: BlockSizeOpt = None,
+    prompt_len: Annotated[
+        Optional[int], typer.Option("--prompt-len", min=1, help="Show the blocks a prompt of this length takes.")
+    ] = None,
+    samples: Annotated[
+        int, typer.Option("--samples", min=1, help="Parallel samples of that prompt (shared vs not).")
+    ] = 1,
+    overhead: Annotated[
+        Optional[str],
+        typer.Option("--overhead", help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default 0)."),
+    ] = None,
+    kv_cache_memory: KvCacheMemoryOpt = None,
+    cpu_kvcache_space: CpuKvSpaceOpt = None,
+    offline: OfflineOpt = False,
+    no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Do not ask NVML for the GPUs.")] = False,
+    format: FormatOpt = None,
+    output: OutputOpt = None,
+    color: ColorOpt = Color.auto,
+) -> None:
+    """The capacity arithmetic before you start: weights, KV cache, bytes per token, tokens and
+    sequences that fit, valid TP sizes and a ready `vllm serve` line. Exit 1 when it does not fit."""
+    from vllm_doctor.capacity import plan as planner
+    from vllm_doctor.capacity.gpu import skipped, snapshot
+    from vllm_doctor.output import emit
+
+    fmt, path = target(ctx, format, output, color)
+    request = planner.PlanRequest(
+        models=list(models or []), configs=list(config), params=params, layers=layers, heads=heads,
+        kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, gpu_memory=gpu_memory, gpus=gpus,
+        utilization=utilization, max_model_len=max_model_len, tp=tp, kv_cache_dtype=kv_cache_dtype,
+        quantization=quantization, target_concurrency=target_concurrency, block_size=block_size or 0,
+        prompt_len=prompt_len, samples=samples, overhead=overhead, offline=offline,
+        kv_cache_memory=kv_cache_memory, cpu_kvcache_space=cpu_kvcache_space,
+    )  # fmt: skip
+    result = planner.make_plan(request, skipped("--no-gpu") if no_gpu else snapshot())
+    emit(result, fmt, path, done=f"plan {'fits' if result.fits else 'does not fit'};")
+    raise typer.Exit(0 if result.fits else 1)

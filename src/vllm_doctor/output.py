@@ -1,0 +1,89 @@
+"""Where a report or a plan goes: stdout or `-o PATH`, in the format asked for or the one the
+path's suffix names, and a closed stdout (`| head`) that ends the output quietly, never the run.
+
+`-o` as kubectl reads it: `-o json`, `-o markdown`, `-o md` or `-o text` name the format (on
+stdout); anything else is a path (`-o ./json` for a file named json). A path ending in `.json`
+or `.md` infers the format unless --format says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from vllm_doctor.errors import DoctorError
+
+FORMAT_NAMES = {"text": "text", "txt": "text", "markdown": "markdown", "md": "markdown", "json": "json", "html": "html"}
+SUFFIXES = {
+    ".json": "json",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+    ".html": "html",
+    ".htm": "html",
+}
+
+
+def resolve(fmt: str | None, output: str | None, default: str = "text") -> tuple[str, Path | None]:
+    """(format, path or None for stdout). `fmt` is --format when given on the command line;
+    `default` is the format from the environment, the config file or the built-in text."""
+    if output is not None and output.lower() in FORMAT_NAMES:
+        named = FORMAT_NAMES[output.lower()]
+        if fmt is not None and fmt != named:
+            raise DoctorError(f"-o {output} names the format {named}, but --format is {fmt}: give one")
+        return named, None
+    path = Path(output) if output is not None else None
+    if output == "":
+        raise DoctorError("-o: give a path (or a format: json, markdown, text)")
+    if fmt is not None:
+        return fmt, path
+    if path is not None and path.suffix.lower() in SUFFIXES:
+        return SUFFIXES[path.suffix.lower()], path
+    return default, path
+
+
+def quiet_closed_stdout() -> None:
+    """The reader of stdout went away (`| head -1`): point fd 1 at /dev/null so that the rest of
+    the output and the flush at exit go nowhere, without a BrokenPipeError or its traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def emit(
+    doc: Any, fmt: str, path: Path | None, redact: bool = True, done: str | None = None, verbosity: int = 0,
+    flavor: str = "plain",
+) -> None:  # fmt: skip
+    """Print `doc` (a Report or a Plan) in `fmt`, or write it to `path` and say so on stderr. A
+    closed stdout stops the output; the exit status stays the diagnosis's."""
+    from vllm_doctor.data import Report
+    from vllm_doctor.render import render
+
+    try:
+        if fmt == "text" and path is None and isinstance(doc, Report):
+            from vllm_doctor.render.text import show
+
+            show(doc, redact=redact, verbosity=verbosity)  # in colour where the terminal takes it
+            return
+        text = render(doc, fmt, redact=redact, verbosity=verbosity, flavor=flavor)
+        if path is None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+    except BrokenPipeError:
+        quiet_closed_stdout()
+        return
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise DoctorError(f"{path}: cannot write ({e.strerror or e})") from None
+    if done is None:
+        from vllm_doctor.render.summary import headline
+
+        done = f"{headline(doc)}; report"
+    print(f"vllm-doctor: {done} written to {path}", file=sys.stderr)
