@@ -10,6 +10,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from vllm_doctor.capacity import arithmetic as cap
+from vllm_doctor.capacity import kvcache
 from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_list, fmt_size
 from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
 from vllm_doctor.capacity.params import weights_bytes_from_dtypes
@@ -17,6 +18,11 @@ from vllm_doctor.capacity.shape import QUANT_DEFAULT_BITS, ConfigError, ModelSha
 from vllm_doctor.errors import DoctorError
 
 DEFAULT_TP_LIMIT = 8  # TP sizes listed when the GPU count is unknown
+
+
+def GPU_BATCHED_TOKENS(gpu_bytes: float) -> int:  # noqa: N802 - a table, read like a constant
+    """vLLM 0.32's `vllm serve` default max_num_batched_tokens: 8192 on GPUs of 70 GiB or more, else 2048."""
+    return 8192 if gpu_bytes >= 70 * cap.GIB else 2048
 
 
 class PlanError(DoctorError):
@@ -74,7 +80,7 @@ class ModelPlan:
     def max_model_len_for_target(self) -> int | None:
         if not self.target_concurrency:
             return None
-        return cap.max_len_for(self.budget.tokens, self.target_concurrency, self.budget.block_size)
+        return self.budget.max_len_for(self.target_concurrency)
 
     @property
     def fits(self) -> bool:
@@ -253,8 +259,11 @@ def _model_plan(
     element_bytes, kv_dtype = cap.kv_element_bytes(req.kv_cache_dtype, dtype)
     weights, weights_work = _weights(req, shape, dtype)
     bpt = cap.kv_bytes_per_token(shape, element_bytes, req.tp)
-    budget = Budget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size)
     length = req.max_model_len or shape.derived_max_model_len
+    lay = kvcache.layout(shape, element_bytes, req.tp, req.block_size)
+    in_flight = kvcache.in_flight_tokens(GPU_BATCHED_TOKENS(gpu_bytes), "cuda", async_scheduling=True)
+    budget = Budget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size, lay, length, in_flight,
+                    max(shape.derived_max_model_len or 0, length or 0) or 1 << 24)  # fmt: skip
     length_from = "--max-model-len" if req.max_model_len else "the model's maximum"
     valid = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, tp_limit)
     mp = ModelPlan(name, shape, dtype, kv_dtype, element_bytes, budget, utilization, length, length_from, [], valid,
@@ -277,10 +286,11 @@ def _model_plan(
             f"--max-model-len {fmt_int(length)} is above the model's maximum {fmt_int(shape.derived_max_model_len)} "
             f"({shape.max_len_key}); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
         )
-    if shape.sliding_layers:
+    if budget.modelled:
         mp.notes.append(
-            f"{shape.sliding_layers} of {shape.layers} layers use a {fmt_int(shape.sliding_window or 0)}-token sliding window: "
-            "V1 keeps only the window for them, so more sequences fit than the worst case says"
+            f"KV cache as V1's hybrid manager sizes it: {kvcache.describe(lay)}; windowed layers keep "
+            f"{fmt_int(in_flight)} tokens in flight besides the window (2 batches of max_num_batched_tokens "
+            f"{fmt_int(in_flight // 2)}, vLLM 0.32's default on this GPU size with async scheduling)"
         )
     mp.notes.extend(shape.notes)
     mp.serve_command = _serve_command(req, mp)
@@ -303,38 +313,11 @@ def _steps(mp: ModelPlan, weights_work: str, unit: str) -> list[Step]:
             cap.kv_formula(shape, mp.element_bytes, mp.kv_dtype, b.tp),
             f"{fmt_int(b.bytes_per_token)} B",
         ),
-        Step(
-            "4 tokens that fit",
-            f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(b.bytes_per_token)} B",
-            f"{fmt_int(b.tokens)} (about {cap.about(b.tokens)})",
-        ),
     ]
-    if mp.max_model_len:
-        steps.append(
-            Step(
-                f"5 sequences at {fmt_int(mp.max_model_len)}",
-                f"{fmt_int(b.tokens)} / {fmt_int(mp.max_model_len)} ({mp.max_model_len_from}), "
-                "every sequence at full length",
-                fmt_int(mp.sequences or 0),
-            )
-        )
-    if mp.max_model_len and shape.sliding_layers:
-        per_seq = cap.sequence_bytes(shape, mp.element_bytes, b.tp, mp.max_model_len, b.block_size)
-        steps.append(
-            Step(
-                f"5b with the {fmt_int(shape.sliding_window or 0)}-token window",
-                f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(per_seq)} B per sequence "
-                f"({shape.sliding_layers} of {shape.layers} layers keep only the window; approximate)",
-                fmt_int(max(0, int(b.cache_bytes // per_seq))),
-            )
-        )
-    steps.append(
-        Step(
-            "longest sequence",
-            f"({fmt_int(b.blocks)} blocks of {b.block_size} - 1 null block) x {b.block_size}",
-            fmt_int(b.longest_sequence),
-        )
-    )
+    if b.modelled and mp.max_model_len:
+        steps += _layout_steps(mp, unit)
+    else:
+        steps += _seed_steps(mp, unit)
     target = mp.max_model_len_for_target
     if mp.target_concurrency:
         steps.append(
@@ -413,3 +396,68 @@ def _block_examples(req: PlanRequest, mp: ModelPlan | None) -> list[Step]:
             out.append(Step(f"{req.samples} samples of that prompt", f"{req.samples} x {blocks} unshared, {blocks} shared",
                             f"{unshared} blocks unshared vs {shared} shared"))  # fmt: skip
     return out
+
+
+def _seed_steps(mp: ModelPlan, unit: str) -> list[Step]:
+    """One plain full-attention group: the seed's steps, memory / bytes per token."""
+    b = mp.budget
+    steps = [
+        Step(
+            "4 tokens that fit",
+            f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(b.bytes_per_token)} B",
+            f"{fmt_int(b.tokens)} (about {cap.about(b.tokens)})",
+        )
+    ]
+    if mp.max_model_len:
+        steps.append(
+            Step(
+                f"5 sequences at {fmt_int(mp.max_model_len)}",
+                f"{fmt_int(b.tokens)} / {fmt_int(mp.max_model_len)} ({mp.max_model_len_from}), "
+                "every sequence at full length",
+                fmt_int(mp.sequences or 0),
+            )
+        )
+    bs = b.kv_layout.block_size if b.kv_layout else b.block_size
+    steps.append(
+        Step(
+            "longest sequence",
+            f"({fmt_int(b.blocks)} blocks of {bs} - 1 null block) x {bs}",
+            fmt_int(b.longest_sequence),
+        )
+    )
+    return steps
+
+
+def _layout_steps(mp: ModelPlan, unit: str) -> list[Step]:
+    """Sliding, chunked or Mamba layers, or several groups: V1's blocks, blocks per request,
+    concurrency and its printed token count (kvcache.py), not memory / bytes per token."""
+    b, lay, length = mp.budget, mp.budget.kv_layout, mp.max_model_len
+    assert lay is not None and length
+    got = b.capacity(length)
+    assert got is not None
+    per_group = kvcache.request_breakdown(lay, length, b.in_flight)
+    return [
+        Step("4 cache layout", kvcache.describe(lay), f"{fmt_int(lay.page_bytes)} B per block"),
+        Step(
+            "5 blocks",
+            f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(lay.page_bytes)} B",
+            fmt_int(got.num_blocks),
+        ),
+        Step(f"6 blocks per request at {fmt_int(length)}", per_group, fmt_int(got.blocks_per_request)),
+        Step(
+            f"7 sequences at {fmt_int(length)}",
+            f"Maximum concurrency {fmt_int(got.num_blocks)} / {fmt_int(got.blocks_per_request)} = {got.concurrency:.2f}x",
+            fmt_int(int(got.concurrency)),
+        ),
+        Step(
+            "8 tokens vLLM reports",
+            f"int({got.concurrency:.4f} x {fmt_int(length)}) (KV cache size)",
+            fmt_int(got.tokens),
+        ),
+        Step(
+            "longest sequence",
+            f"largest length whose request fits in {fmt_size(max(b.cache_bytes, 0) - lay.page_bytes, unit)} "
+            f"(1 null block held back){', capped at the model maximum' if b.longest_sequence >= b.length_cap else ''}",
+            fmt_int(b.longest_sequence),
+        ),
+    ]

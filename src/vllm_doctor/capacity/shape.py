@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_doctor.capacity.layers import LayerPlan, layer_plan
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.versions import version_tuple
 
@@ -113,6 +114,7 @@ class ModelShape:
     # "safetensors (local files)", "safetensors metadata (Hugging Face)", "estimated from the shape", "given"
     params_source: str | None = None
     params_by_dtype: dict[str, int] | None = None  # from safetensors: stored elements per dtype
+    layer_plan: LayerPlan | None = None  # every layer's kind (full, sliding, chunked, mamba, ...)
     notes: list[str] = field(default_factory=list)  # fields filled from defaults, ignored settings
     text_config: dict[str, Any] = field(default_factory=dict, repr=False)  # the normalised source
 
@@ -229,9 +231,7 @@ def shape_from_config(
     else:
         raise ConfigError("config.json has neither head_dim nor hidden_size to derive the head size from")
 
-    sliding_window, sliding_layers, sw_note = _sliding(text, model_type, layers)
-    if sw_note:
-        notes.append(sw_note)
+    sliding_window, sliding_layers, plan = _layers(text, model_type, layers, notes)
     max_pos = text.get("max_position_embeddings")
     derived, max_len_key = derive_max_model_len(text, model_type, vllm_version)
     rope = text.get("rope_scaling") or text.get("rope_parameters")
@@ -264,9 +264,23 @@ def shape_from_config(
         quant_bits=bits,
         num_experts=int(experts) if isinstance(experts, (int, float)) else None,
         experts_per_token=text.get("num_experts_per_tok"),
+        layer_plan=plan,
         notes=notes,
         text_config=text,
     )
+
+
+def _layers(
+    text: dict[str, Any], model_type: str | None, layers: int, notes: list[str]
+) -> tuple[int | None, int, LayerPlan]:
+    """(sliding window, sliding layers, every layer's kind)."""
+    sliding_window, sliding_layers, sw_note = _sliding(text, model_type, layers)
+    if sw_note:
+        notes.append(sw_note)
+    plan = layer_plan(text, model_type, layers, sliding_window)
+    if sliding_layers and "sliding" not in plan.kinds and plan.kinds.count("full") >= sliding_layers:
+        plan.kinds = ["sliding"] * sliding_layers + plan.kinds[sliding_layers:]  # a pattern key, not a list
+    return sliding_window, sliding_layers, plan
 
 
 def _kv_heads(text: dict[str, Any], model_type: str | None, heads: int) -> int:

@@ -49,6 +49,8 @@ FACTS: dict[str, type] = {
     "quantization": str,
     "enable_lora": bool,
     "enable_prefix_caching": bool,
+    "disable_hybrid_kv_cache_manager": bool,
+    "kv_cache_memory_bytes": int,  # --kv-cache-memory-bytes: the KV budget exactly, profiling skipped
     "enforce_eager": bool,
     "scheduling_policy": str,
     "trust_remote_code": bool,
@@ -124,6 +126,8 @@ _ARG_FACTS = {
     "quantization": "quantization",
     "enable_lora": "enable_lora",
     "enable_prefix_caching": "enable_prefix_caching",
+    "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
     "enforce_eager": "enforce_eager",
     "scheduling_policy": "scheduling_policy",
     "trust_remote_code": "trust_remote_code",

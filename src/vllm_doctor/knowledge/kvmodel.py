@@ -1,0 +1,119 @@
+"""The log's facts as the inputs of vLLM's KV cache manager (capacity/kvcache.py): the layout of
+the model's cache on one rank, the budget in bytes, the length, the tokens in flight; shared by
+the cross-check (knowledge/crosscheck.py) and the cache-oom fit (kv_fit in knowledge/checks.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from vllm_doctor.knowledge.contract import CheckInput
+from vllm_doctor.versions import version_tuple
+
+if TYPE_CHECKING:
+    from vllm_doctor.capacity.kvcache import Capacity, Layout
+    from vllm_doctor.capacity.shape import ModelShape
+
+GIB = 2**30
+CPU_BLOCK_SIZE = 128  # the CPU attention backend (0.20+); the lab's recordings hold 1 GiB as 64 blocks
+CUDA_BLOCK_SIZE = 16
+# the names kv_model reads, for the declarations of the checks that call it
+READS = frozenset({
+    "kv_cache_dtype", "dtype", "tp", "tensor_parallel_size", "block_size", "kv_cache.block_size", "vllm_version",
+    "device", "engine", "max_model_len", "max_num_batched_tokens", "memory.total_gib", "kv_cache_memory_bytes",
+    "enable_prefix_caching", "disable_hybrid_kv_cache_manager",
+})  # fmt: skip
+
+
+@dataclass
+class KvModel:
+    shape: ModelShape
+    element_bytes: float
+    kv_dtype: str
+    tp: int
+    layout: Layout
+    block_size_said: bool
+    max_model_len: int | None
+    in_flight: int
+    in_flight_from: str
+    vllm_version: str | None
+    v0: bool
+    exact_budget: int | None  # --kv-cache-memory-bytes from the log's arguments
+
+    @property
+    def modelled(self) -> bool:
+        """Not one plain full-attention group: vLLM's token count is not memory / bytes per token."""
+        return self.layout.hybrid or self.layout.groups[0].kind not in ("full", "mla")
+
+    def budget_bytes(self, gib: float) -> int:
+        """The exact budget when the log's arguments give one that its rounded GiB line agrees with."""
+        if self.exact_budget and abs(self.exact_budget / GIB - gib) <= 0.006:
+            return self.exact_budget
+        return int(gib * GIB)
+
+    def capacity(self, budget: int, length: int | None = None) -> Capacity | None:
+        from vllm_doctor.capacity import kvcache
+
+        length = length or self.max_model_len
+        if not length:
+            return None
+        version = "0.9.0" if self.v0 else self.vllm_version  # V0 counts blocks x block size
+        return kvcache.capacity(self.layout, budget, length, self.in_flight, version)
+
+
+def block_size(inp: CheckInput) -> tuple[int, bool]:
+    """(block size, whether the log said it)."""
+    b = inp.get("block_size", "kv_cache.block_size")
+    if b:
+        return int(b), True
+    version = inp.get("vllm_version")
+    if str(inp.get("device") or "").lower() == "cpu" and version and version_tuple(version) >= (0, 20):
+        return CPU_BLOCK_SIZE, False
+    return CUDA_BLOCK_SIZE, False
+
+
+def is_v1(inp: CheckInput) -> bool:
+    engine = inp.get("engine")
+    if engine:
+        return engine == "V1"
+    version = inp.get("vllm_version")
+    return bool(version) and version_tuple(version) >= (0, 8, 0)
+
+
+def in_flight(inp: CheckInput) -> tuple[int, str]:
+    """(M, where it came from): the tokens windowed layers keep besides their window."""
+    batched = inp.get("max_num_batched_tokens")
+    device = str(inp.get("device") or "").lower()
+    version = version_tuple(inp.get("vllm_version"), unknown=(99,))
+    said = "the log's max_num_batched_tokens"
+    if batched is None:
+        total = inp.get("memory.total_gib")
+        batched = 8192 if device != "cpu" and total is not None and float(total) >= 70 else 2048
+        said = "vLLM's default max_num_batched_tokens for `vllm serve` (assumed)"
+    if device != "cpu" and version >= (0, 32):  # async scheduling, on by default on GPUs: two batches
+        return 2 * int(batched), f"2 x {int(batched):,} ({said}, async scheduling)"
+    return int(batched), said
+
+
+def kv_model(inp: CheckInput) -> KvModel | None:
+    """The model's cache as the log's vLLM lays it out; None without a model config."""
+    shape = inp.options.shape
+    if shape is None:
+        return None
+    from vllm_doctor.capacity import arithmetic as cap
+    from vllm_doctor.capacity import kvcache
+
+    element, dtype = cap.kv_element_bytes(inp.get("kv_cache_dtype"), inp.get("dtype") or shape.dtype)
+    tp = int(inp.get("tp", "tensor_parallel_size") or 1)
+    bsize, said = block_size(inp)
+    v1 = is_v1(inp)
+    hybrid = v1 and kvcache.hybrid_supported(inp.get("vllm_version")) and not inp.get("disable_hybrid_kv_cache_manager")
+    device = str(inp.get("device") or "")
+    prefix = inp.get("enable_prefix_caching")
+    lay = kvcache.layout(shape, element, tp, bsize, device, hybrid, prefix is not False)
+    length = inp.get("max_model_len")
+    m, m_from = in_flight(inp)
+    exact = inp.get("kv_cache_memory_bytes")
+    return KvModel(shape, element, dtype, tp, lay, said, int(length) if length else None, m, m_from,
+                   inp.get("vllm_version"), not v1, int(exact) if exact else None)  # fmt: skip

