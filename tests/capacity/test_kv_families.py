@@ -19,6 +19,8 @@ import pytest
 from vllm_doctor.capacity import arithmetic as cap
 from vllm_doctor.capacity import kvcache
 from vllm_doctor.capacity.shape import shape_from_config
+from vllm_doctor.knowledge.checks import Options
+from vllm_doctor.render.json import to_dict
 
 ROOT = Path(__file__).resolve().parents[2] / "fixtures" / "kv-families"
 RUNS = sorted(ROOT.glob("*.json"))
@@ -69,3 +71,22 @@ def test_prediction_matches_vllm(run: Path) -> None:
     assert got.fits == ("tokens" in seen)
     for name, value in seen.items():
         assert ours[name] == pytest.approx(value, rel=0.01), f"{run.stem} {name}: vLLM {value}, predicted {ours[name]}"
+
+
+@pytest.mark.parametrize("run_path", RUNS, ids=[p.stem for p in RUNS])
+def test_explain_predicts_what_vllm_printed(run_path: Path, run, tmp_path: Path) -> None:
+    """The same through explain: its cross-check's predicted tokens are the logged ones, and for a
+    start that failed, the fit it offers is vLLM's own estimate and the GiB it needs vLLM's."""
+    meta = json.loads(run_path.read_text())
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(meta["config"]))
+    report = to_dict(run(run_path.with_suffix(".log"), options=Options(config=str(config))))
+    seen = printed(run_path.with_suffix(".log").read_text(errors="replace"))
+    capacity = report["facts"]["capacity"]
+    if "tokens" in seen:
+        assert capacity["predicted_tokens"] == capacity["logged_tokens"] == seen["tokens"]
+        assert capacity["difference_pct"] == 0.0
+        return
+    got = predicted(meta)
+    assert capacity["predicted_tokens"] == got.tokens  # what it would have printed
+    assert got.estimated_max_len == seen.get("estimated_max_len")
