@@ -65,6 +65,28 @@ FAMILIES: dict[str, dict] = {
         num_experts_per_tok=2, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
         linear_value_head_dim=32, linear_conv_kernel_dim=4, full_attention_interval=4,
         max_position_embeddings=131072), budget=16 * MIB, lens=[4096, 65536]),
+    # the same models with the knobs that move the numbers: the hybrid manager off, a smaller batch
+    "gpt-oss-nohybrid": dict(model_type="gpt_oss", fields=dict(
+        hidden_size=256, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=64, sliding_window=128, num_local_experts=4, num_experts_per_tok=2,
+        layer_types=["sliding_attention", "full_attention"] * 2, max_position_embeddings=131072),
+        budget=16 * MIB, lens=[4096, 16384], flags=["--disable-hybrid-kv-cache-manager"]),
+    "sliding-mbt512": dict(model_type="mistral", fields={**LLAMA, "sliding_window": 256}, budget=16 * MIB,
+                           lens=[8192], flags=["--max-num-batched-tokens", "512"]),
+    "nemotron-h": dict(model_type="nemotron_h", fields=dict(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=4, hybrid_override_pattern="M*M-",
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, mamba_num_heads=8, mamba_head_dim=32,
+        ssm_state_size=16, n_groups=1, conv_kernel=4, max_position_embeddings=131072), budget=16 * MIB,
+        lens=[4096, 65536]),
+    "jamba": dict(model_type="jamba", fields=dict(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=4, attn_layer_period=4, attn_layer_offset=1,
+        expert_layer_period=4, expert_layer_offset=3, num_experts=2, num_experts_per_tok=1, num_attention_heads=4,
+        num_key_value_heads=2, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, max_position_embeddings=131072),
+        budget=16 * MIB, lens=[4096, 65536]),
+    "falcon-h1": dict(model_type="falcon_h1", fields=dict(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=64, mamba_d_ssm=256, mamba_n_heads=8, mamba_d_head=32, mamba_n_groups=1, mamba_d_state=16,
+        mamba_d_conv=4, max_position_embeddings=131072), budget=16 * MIB, lens=[4096, 65536]),
     "llama4": dict(model_type="llama4_text", fields=dict(
         hidden_size=256, intermediate_size=512, intermediate_size_mlp=512, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, head_dim=64, attention_chunk_size=256, num_local_experts=2,

@@ -117,8 +117,9 @@ def layout(
     hybrid_manager: bool = True,
     prefix_caching: bool = True,
     state_dtype_bytes: float | None = None,
+    v0: bool = False,
 ) -> Layout:
-    """The cache layout V1 builds for this model on one rank."""
+    """The cache layout V1 builds for this model on one rank (V0: windowed layers as full, no Mamba)."""
     kv_heads = 1 if shape.use_mla else max(1, shape.kv_heads // max(1, tp))
     factor = 1 if shape.use_mla else 2
     attn_token = int(factor * kv_heads * shape.head_dim * element_bytes)
@@ -133,6 +134,8 @@ def layout(
     if not hybrid_manager and any(k in WINDOW_KINDS for k in kinds):
         notes.append("hybrid KV cache manager off: windowed layers are sized as full attention")
         kinds = ["full" if k in WINDOW_KINDS else k for k in kinds]
+    if v0:  # V0 keeps Mamba state in its own cache sized by max_num_seqs, outside the blocks
+        kinds = [k for k in kinds if k != "mamba"]
     kinds = [("mla" if shape.use_mla and k == "full" else k) for k in kinds if k != "none"]
     state = 0
     if "mamba" in kinds and plan and plan.state:

@@ -89,7 +89,8 @@ def in_flight(inp: CheckInput) -> tuple[int, str]:
     said = "the log's max_num_batched_tokens"
     if batched is None:
         total = inp.get("memory.total_gib")
-        batched = 8192 if device != "cpu" and total is not None and float(total) >= 70 else 2048
+        small = device == "cpu" or (total is not None and float(total) < 70)
+        batched = 2048 if small else 8192  # `vllm serve`: 8192 on GPUs of 70 GiB or more (the log may not say)
         said = "vLLM's default max_num_batched_tokens for `vllm serve` (assumed)"
     if device != "cpu" and version >= (0, 32):  # async scheduling, on by default on GPUs: two batches
         return 2 * int(batched), f"2 x {int(batched):,} ({said}, async scheduling)"
@@ -111,7 +112,7 @@ def kv_model(inp: CheckInput) -> KvModel | None:
     hybrid = v1 and kvcache.hybrid_supported(inp.get("vllm_version")) and not inp.get("disable_hybrid_kv_cache_manager")
     device = str(inp.get("device") or "")
     prefix = inp.get("enable_prefix_caching")
-    lay = kvcache.layout(shape, element, tp, bsize, device, hybrid, prefix is not False)
+    lay = kvcache.layout(shape, element, tp, bsize, device, hybrid, prefix is not False, v0=not v1)
     length = inp.get("max_model_len")
     m, m_from = in_flight(inp)
     exact = inp.get("kv_cache_memory_bytes")
