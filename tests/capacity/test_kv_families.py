@@ -29,6 +29,9 @@ OOM = re.compile(
     r"max seq len \((\d+)\), \(([\d.]+) GiB KV cache is needed, which is larger than the available KV cache "
     r"memory \(([\d.]+) GiB\)\. (?:Based on the available memory, the estimated maximum model length is (\d+))?"
 )
+PADDING = re.compile(r"Padding mamba page size by ([\d.]+)%")
+BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
+GROUPS = re.compile(r"kv cache group sizes \(([\d, ]+)\)")
 CPU_SERVE_IN_FLIGHT = 2048  # vllm serve on CPU: max_num_batched_tokens 2048, no async scheduling
 
 
@@ -45,13 +48,20 @@ def printed(log: str) -> dict[str, float]:
     return {}
 
 
-def predicted(meta: dict) -> kvcache.Capacity:
+def flag(cmd: list[str], name: str, default: str | None = None) -> str | None:
+    return cmd[cmd.index(name) + 1] if name in cmd else default
+
+
+def predicted_layout(meta: dict) -> kvcache.Layout:
     shape = shape_from_config(meta["config"])
     cmd = meta["command"]
-    kv_dtype = cmd[cmd.index("--kv-cache-dtype") + 1] if "--kv-cache-dtype" in cmd else "auto"
-    element, _ = cap.kv_element_bytes(kv_dtype, shape.dtype)
-    lay = kvcache.layout(shape, element, device="cpu")
-    return kvcache.capacity(lay, meta["kv_cache_memory_bytes"], meta["max_model_len"], CPU_SERVE_IN_FLIGHT,
+    element, _ = cap.kv_element_bytes(flag(cmd, "--kv-cache-dtype", "auto"), shape.dtype)
+    return kvcache.layout(shape, element, device="cpu", hybrid_manager="--disable-hybrid-kv-cache-manager" not in cmd)
+
+
+def predicted(meta: dict) -> kvcache.Capacity:
+    in_flight = int(flag(meta["command"], "--max-num-batched-tokens") or CPU_SERVE_IN_FLIGHT)
+    return kvcache.capacity(predicted_layout(meta), meta["kv_cache_memory_bytes"], meta["max_model_len"], in_flight,
                             meta["vllm_version"])  # fmt: skip
 
 
@@ -71,6 +81,24 @@ def test_prediction_matches_vllm(run: Path) -> None:
     assert got.fits == ("tokens" in seen)
     for name, value in seen.items():
         assert ours[name] == pytest.approx(value, rel=0.01), f"{run.stem} {name}: vLLM {value}, predicted {ours[name]}"
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[p.stem for p in RUNS])
+def test_layout_matches_vllm(run: Path) -> None:
+    """The lines a hybrid start prints about its layout: the groups, a raised block size, the
+    Mamba page padded to the attention page."""
+    log = run.with_suffix(".log").read_text(errors="replace")
+    lay = predicted_layout(json.loads(run.read_text()))
+    groups = GROUPS.search(log)
+    if groups:
+        assert groups[1].split(", ") == [str(lay.block_size)] * len(lay.groups)
+    block = BLOCK.search(log)
+    assert lay.block_size == (int(block[1]) if block else lay.block_size)
+    assert bool(block) == any("block size raised" in n for n in lay.notes)
+    padding = PADDING.search(log)
+    if padding or lay.mamba_state_bytes:
+        pct = (lay.layer_page - lay.mamba_state_bytes) / lay.mamba_state_bytes * 100
+        assert padding and f"{pct:.2f}" == padding[1]
 
 
 @pytest.mark.parametrize("run_path", RUNS, ids=[p.stem for p in RUNS])

@@ -116,7 +116,7 @@ def layout(
     device: str | None = None,
     hybrid_manager: bool = True,
     prefix_caching: bool = True,
-    state_dtype_bytes: float | None = None,
+    ssm_dtype_bytes: float | None = None,
     v0: bool = False,
 ) -> Layout:
     """The cache layout V1 builds for this model on one rank (V0: windowed layers as full, no Mamba)."""
@@ -140,8 +140,7 @@ def layout(
     state = 0
     if "mamba" in kinds and plan and plan.state:
         conv, ssm = plan.state.elements(tp)
-        dtype = state_dtype_bytes or float(_model_dtype_bytes(shape))
-        state = int((conv + ssm) * dtype)
+        state = int(conv * _model_dtype_bytes(shape) + ssm * (ssm_dtype_bytes or ssm_state_bytes(shape, device)))
         if any(k != "mamba" for k in kinds):
             raised = bs * _cdiv(state, bs * attn_token)
             if raised > bs:
@@ -170,6 +169,20 @@ def layout(
 
 def _model_dtype_bytes(shape: ModelShape) -> int:
     return 4 if str(shape.dtype or "").lower() in ("float32", "float") else 2
+
+
+def ssm_state_bytes(shape: ModelShape, device: str | None) -> float:
+    """Bytes per element of the temporal (SSM) state, mamba_ssm_cache_dtype 'auto' as 0.32 resolves
+    it: float32 on the CPU backend ("Reset SSM cache type to float32", platforms/cpu.py) and for
+    Nemotron-H unless its config says otherwise; the config's mamba_ssm_dtype for Qwen3.5; else the
+    model's dtype."""
+    text = shape.text_config
+    named = text.get("mamba_ssm_cache_dtype") if shape.model_type == "nemotron_h" else text.get("mamba_ssm_dtype")
+    if str(device or "").lower() == "cpu" or (shape.model_type == "nemotron_h" and not named):
+        return 4.0
+    if named:
+        return 4.0 if "32" in str(named) else 2.0
+    return float(_model_dtype_bytes(shape))
 
 
 @dataclass
