@@ -118,3 +118,16 @@ def test_explain_predicts_what_vllm_printed(run_path: Path, run, tmp_path: Path)
     got = predicted(meta)
     assert capacity["predicted_tokens"] == got.tokens  # what it would have printed
     assert got.estimated_max_len == seen.get("estimated_max_len")
+
+
+def test_a_target_concurrency_on_a_hybrid_counts_blocks_per_request(run, tmp_path: Path) -> None:
+    """gpt-oss (tiny, 128 blocks of 2 layers x 128 tokens): two requests fit up to 5,888 tokens,
+    where each holds 46 full blocks and cdiv(127 + 2,048, 128) + 1 = 18 sliding ones (2 x 64 =
+    128); the logged token count over 2 (10,485 // 2, in whole blocks: 5,120) would say less."""
+    base = ROOT / "gpt-oss-4096"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(json.loads(base.with_suffix(".json").read_text())["config"]))
+    options = Options(config=str(config), target_concurrency=2, target_len=8192)
+    report = to_dict(run(base.with_suffix(".log"), options=options))
+    numbers = next(d["numbers"] for d in report["diagnoses"] if "target_max_model_len" in d["numbers"])
+    assert numbers["target_max_model_len"] == 5888 and numbers["can_hold_target"] is False

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.knowledge.contract import Check, CheckInput, CheckResult, Options, check
 from vllm_doctor.knowledge.kvmodel import READS as _KV_MODEL_READS
-from vllm_doctor.knowledge.kvmodel import block_size, is_v1, kv_model
+from vllm_doctor.knowledge.kvmodel import block_size, hybrid_target, is_v1, kv_model
 from vllm_doctor.knowledge.parallel import quant_tp
 from vllm_doctor.knowledge.phases import oom_phase, shutdown
 from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
@@ -338,9 +338,9 @@ def gpu_headroom(inp: CheckInput) -> CheckResult:
 
 
 @check(
-    reads=_BLOCK_READS
+    reads=_BLOCK_READS | _KV_MODEL_READS
     | {"kv_cache.tokens", "kv_cache.gpu_blocks", "max_model_len", "kv_cache.concurrency_tokens",
-       "kv_cache.max_concurrency"},
+       "kv_cache.max_concurrency", "kv_cache.available_gib"},
     returns={"tokens_from_blocks", "block_size_assumed", "kv_tokens", "max_model_len", "worst_case_sequences",
              "target_concurrency", "target_len", "target_tokens", "can_hold_target", "missing_tokens",
              "target_max_model_len"},
@@ -380,6 +380,10 @@ def concurrency_budget(inp: CheckInput) -> CheckResult:
                 missing_tokens=max(0, need - int(tokens)),
                 target_max_model_len=(int(tokens) // int(target)) // bsize * bsize,
             )
+            hybrid = hybrid_target(inp, int(target), int(target_len))
+            if hybrid:  # windowed or Mamba layers: by blocks per request, as vLLM admits requests
+                out.update(hybrid)
+                out["missing_tokens"] = 0 if hybrid["can_hold_target"] else out["missing_tokens"]
     return CheckResult(out)
 
 

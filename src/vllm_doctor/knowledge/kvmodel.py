@@ -118,3 +118,22 @@ def kv_model(inp: CheckInput) -> KvModel | None:
     exact = inp.get("kv_cache_memory_bytes")
     return KvModel(shape, element, dtype, tp, lay, said, int(length) if length else None, m, m_from,
                    inp.get("vllm_version"), not v1, int(exact) if exact else None)  # fmt: skip
+
+
+def hybrid_target(inp: CheckInput, target: int, target_len: int) -> dict[str, object] | None:
+    """For a model whose cache is not one full-attention group: whether `target` requests of
+    `target_len` fit and the longest length at which they do, by blocks per request (the logged
+    token count is concurrency x length there, not slots). None when the model or memory is unknown."""
+    km = kv_model(inp)
+    gib = inp.get("kv_cache.available_gib")
+    if km is None or not km.modelled or gib is None:
+        return None
+    from vllm_doctor.capacity import kvcache
+
+    budget = km.budget_bytes(float(gib))
+    got = km.capacity(budget, target_len)
+    if got is None:
+        return None
+    upper = max(target_len, km.shape.derived_max_model_len or 0)
+    longest = kvcache.max_len_for_concurrency(km.layout, got.num_blocks, target, upper, km.in_flight)
+    return {"can_hold_target": got.concurrency >= target, "target_max_model_len": longest}
