@@ -343,6 +343,41 @@ class Budget:
         return self.weights_per_gpu + self.overhead_bytes + kv_blocks * self.block_size * self.bytes_per_token
 
 
+def layout_steps(b: Budget, length: int, unit: str) -> list[Step]:
+    """Sliding, chunked or Mamba layers, or several groups: V1's blocks, blocks per request,
+    concurrency and its printed token count (kvcache.py), not memory / bytes per token."""
+    lay = b.kv_layout
+    assert lay is not None
+    got = b.capacity(length)
+    assert got is not None
+    per_group = kvcache.request_breakdown(lay, length, b.in_flight)
+    return [
+        Step("4 cache layout", kvcache.describe(lay), f"{fmt_int(lay.page_bytes)} B per block"),
+        Step(
+            "5 blocks",
+            f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(lay.page_bytes)} B",
+            fmt_int(got.num_blocks),
+        ),
+        Step(f"6 blocks per request at {fmt_int(length)}", per_group, fmt_int(got.blocks_per_request)),
+        Step(
+            f"7 sequences at {fmt_int(length)}",
+            f"Maximum concurrency {fmt_int(got.num_blocks)} / {fmt_int(got.blocks_per_request)} = {got.concurrency:.2f}x",
+            fmt_int(int(got.concurrency)),
+        ),
+        Step(
+            "8 tokens vLLM reports",
+            f"int({got.concurrency:.4f} x {fmt_int(length)}) (KV cache size)",
+            fmt_int(got.tokens),
+        ),
+        Step(
+            "longest sequence",
+            f"largest length whose request fits in {fmt_size(max(b.cache_bytes, 0) - lay.page_bytes, unit)} "
+            f"(1 null block held back){', capped at the model maximum' if b.longest_sequence >= b.length_cap else ''}",
+            fmt_int(b.longest_sequence),
+        ),
+    ]
+
+
 def split_card(needs: list[float], total_bytes: float, budget: float) -> list[float] | None:
     """Fractions of one GPU for several models: each gets what it needs to start plus a share of
     what is left in proportion to its need, all together within `budget`. None when they do not fit."""

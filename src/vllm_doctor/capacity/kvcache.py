@@ -271,6 +271,12 @@ def capacity(
     return Capacity(blocks, per_request, concurrency, tokens, need, available, fits, estimate)
 
 
+def serve_batched_tokens(gpu_bytes: float | None) -> int:
+    """vLLM 0.32's `vllm serve` default max_num_batched_tokens on a GPU: 8192 from 70 GiB, else 2048
+    (engine/arg_utils.py; an A100 gets 2048 too, which a size alone cannot tell)."""
+    return 8192 if gpu_bytes is None or gpu_bytes >= 70 * GIB else 2048
+
+
 def in_flight_tokens(max_num_batched_tokens: int | None, device: str | None, async_scheduling: bool = False) -> int:
     """M, the tokens scheduled but not settled that windowed layers keep besides the window:
     one (two with async scheduling) batches of max_num_batched_tokens; `vllm serve` on CPU: 2048."""

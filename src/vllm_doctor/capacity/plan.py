@@ -20,11 +20,6 @@ from vllm_doctor.errors import DoctorError
 DEFAULT_TP_LIMIT = 8  # TP sizes listed when the GPU count is unknown
 
 
-def GPU_BATCHED_TOKENS(gpu_bytes: float) -> int:  # noqa: N802 - a table, read like a constant
-    """vLLM 0.32's `vllm serve` default max_num_batched_tokens: 8192 on GPUs of 70 GiB or more, else 2048."""
-    return 8192 if gpu_bytes >= 70 * cap.GIB else 2048
-
-
 class PlanError(DoctorError):
     """Input the plan cannot work with; the message is one line."""
 
@@ -261,7 +256,7 @@ def _model_plan(
     bpt = cap.kv_bytes_per_token(shape, element_bytes, req.tp)
     length = req.max_model_len or shape.derived_max_model_len
     lay = kvcache.layout(shape, element_bytes, req.tp, req.block_size)
-    in_flight = kvcache.in_flight_tokens(GPU_BATCHED_TOKENS(gpu_bytes), "cuda", async_scheduling=True)
+    in_flight = kvcache.in_flight_tokens(kvcache.serve_batched_tokens(gpu_bytes), "cuda", async_scheduling=True)
     budget = Budget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size, lay, length, in_flight,
                     max(shape.derived_max_model_len or 0, length or 0) or 1 << 24)  # fmt: skip
     length_from = "--max-model-len" if req.max_model_len else "the model's maximum"
@@ -315,7 +310,7 @@ def _steps(mp: ModelPlan, weights_work: str, unit: str) -> list[Step]:
         ),
     ]
     if b.modelled and mp.max_model_len:
-        steps += _layout_steps(mp, unit)
+        steps += cap.layout_steps(b, mp.max_model_len, unit)
     else:
         steps += _seed_steps(mp, unit)
     target = mp.max_model_len_for_target
@@ -426,38 +421,3 @@ def _seed_steps(mp: ModelPlan, unit: str) -> list[Step]:
         )
     )
     return steps
-
-
-def _layout_steps(mp: ModelPlan, unit: str) -> list[Step]:
-    """Sliding, chunked or Mamba layers, or several groups: V1's blocks, blocks per request,
-    concurrency and its printed token count (kvcache.py), not memory / bytes per token."""
-    b, lay, length = mp.budget, mp.budget.kv_layout, mp.max_model_len
-    assert lay is not None and length
-    got = b.capacity(length)
-    assert got is not None
-    per_group = kvcache.request_breakdown(lay, length, b.in_flight)
-    return [
-        Step("4 cache layout", kvcache.describe(lay), f"{fmt_int(lay.page_bytes)} B per block"),
-        Step(
-            "5 blocks",
-            f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(lay.page_bytes)} B",
-            fmt_int(got.num_blocks),
-        ),
-        Step(f"6 blocks per request at {fmt_int(length)}", per_group, fmt_int(got.blocks_per_request)),
-        Step(
-            f"7 sequences at {fmt_int(length)}",
-            f"Maximum concurrency {fmt_int(got.num_blocks)} / {fmt_int(got.blocks_per_request)} = {got.concurrency:.2f}x",
-            fmt_int(int(got.concurrency)),
-        ),
-        Step(
-            "8 tokens vLLM reports",
-            f"int({got.concurrency:.4f} x {fmt_int(length)}) (KV cache size)",
-            fmt_int(got.tokens),
-        ),
-        Step(
-            "longest sequence",
-            f"largest length whose request fits in {fmt_size(max(b.cache_bytes, 0) - lay.page_bytes, unit)} "
-            f"(1 null block held back){', capped at the model maximum' if b.longest_sequence >= b.length_cap else ''}",
-            fmt_int(b.longest_sequence),
-        ),
-    ]

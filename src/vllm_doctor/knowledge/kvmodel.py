@@ -89,8 +89,10 @@ def in_flight(inp: CheckInput) -> tuple[int, str]:
     said = "the log's max_num_batched_tokens"
     if batched is None:
         total = inp.get("memory.total_gib")
-        small = device == "cpu" or (total is not None and float(total) < 70)
-        batched = 2048 if small else 8192  # `vllm serve`: 8192 on GPUs of 70 GiB or more (the log may not say)
+        from vllm_doctor.capacity import kvcache
+
+        gpu_bytes = None if total is None else float(total) * GIB  # unknown: a large GPU assumed
+        batched = 2048 if device == "cpu" else kvcache.serve_batched_tokens(gpu_bytes)
         said = "vLLM's default max_num_batched_tokens for `vllm serve` (assumed)"
     if device != "cpu" and version >= (0, 32):  # async scheduling, on by default on GPUs: two batches
         return 2 * int(batched), f"2 x {int(batched):,} ({said}, async scheduling)"
