@@ -118,6 +118,12 @@ def test_explain_predicts_what_vllm_printed(run_path: Path, run, tmp_path: Path)
     got = predicted(meta)
     assert capacity["predicted_tokens"] == got.tokens  # what it would have printed
     assert got.estimated_max_len == seen.get("estimated_max_len")
+    numbers = next(d["numbers"] for d in report["diagnoses"] if d["category"] == "cache-oom")
+    assert numbers["fit_max_model_len"] == seen["estimated_max_len"]
+    if "fp8_kv_fits" in numbers:  # the startup check redone with 1-byte elements, not 2 x the rounded GiB
+        fp8 = kvcache.layout(shape_from_config(meta["config"]), 1.0, device="cpu")
+        need = kvcache.needed_bytes(fp8, meta["max_model_len"], CPU_SERVE_IN_FLIGHT)
+        assert numbers["fp8_kv_fits"] == (need <= meta["kv_cache_memory_bytes"] - fp8.page_bytes)
 
 
 def test_a_target_concurrency_on_a_hybrid_counts_blocks_per_request(run, tmp_path: Path) -> None:

@@ -70,6 +70,7 @@ class _ModelFit:
     values: dict[str, Any] = field(default_factory=dict)
     needed_gib: float | None = None
     fit: int | None = None
+    fp8_fits: bool | None = None  # the startup check with a 1-byte KV element, from the config
 
 
 def _from_model(inp: CheckInput) -> _ModelFit:
@@ -92,6 +93,8 @@ def _from_model(inp: CheckInput) -> _ModelFit:
     if available is None:
         return out
     room = km.budget_bytes(float(available))
+    if km.element_bytes > 1:
+        out.fp8_fits = km.fits_with(1.0, room)
     if km.modelled or is_v1(inp):
         upper = max(length or 0, shape.derived_max_model_len or 0) or 1 << 24
         usable = room - km.layout.page_bytes  # the null block held back
@@ -195,7 +198,8 @@ def kv_fit(inp: CheckInput) -> CheckResult:
         out["missing_gib"] = round(float(needed) - float(available), 2)
         kv_dtype = str(inp.get("kv_cache_dtype") or "auto")
         if not kv_dtype.startswith("fp8"):
-            out["fp8_kv_fits"] = 2 * float(available) >= float(needed)
+            halved = 2 * float(available) >= float(needed)  # rounded GiB: the config's check when known
+            out["fp8_kv_fits"] = model.fp8_fits if model.fp8_fits is not None else halved
         if util is not None and total:
             want = float(util) + (float(needed) - float(available)) / float(total)
             out["utilization_needed"] = math.ceil(want * 100) / 100

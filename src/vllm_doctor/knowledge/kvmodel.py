@@ -5,6 +5,7 @@ the cross-check (knowledge/crosscheck.py) and the cache-oom fit (kv_fit in knowl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,7 @@ class KvModel:
     vllm_version: str | None
     v0: bool
     exact_budget: int | None  # --kv-cache-memory-bytes from the log's arguments
+    relayout: Callable[[float], Layout]  # the same layout for another KV element size
 
     @property
     def modelled(self) -> bool:
@@ -51,6 +53,15 @@ class KvModel:
         if self.exact_budget and abs(self.exact_budget / GIB - gib) <= 0.006:
             return self.exact_budget
         return int(gib * GIB)
+
+    def fits_with(self, element_bytes: float, budget: int) -> bool | None:
+        """Whether one max-length request passes the startup check with this KV element size."""
+        from vllm_doctor.capacity import kvcache
+
+        if not self.max_model_len:
+            return None
+        lay = self.relayout(element_bytes)
+        return kvcache.needed_bytes(lay, self.max_model_len, self.in_flight) <= budget - lay.page_bytes
 
     def capacity(self, budget: int, length: int | None = None) -> Capacity | None:
         from vllm_doctor.capacity import kvcache
@@ -114,12 +125,16 @@ def kv_model(inp: CheckInput) -> KvModel | None:
     hybrid = v1 and kvcache.hybrid_supported(inp.get("vllm_version")) and not inp.get("disable_hybrid_kv_cache_manager")
     device = str(inp.get("device") or "")
     prefix = inp.get("enable_prefix_caching")
-    lay = kvcache.layout(shape, element, tp, bsize, device, hybrid, prefix is not False, v0=not v1)
+
+    def relayout(element_bytes: float) -> Layout:
+        return kvcache.layout(shape, element_bytes, tp, bsize, device, hybrid, prefix is not False, v0=not v1)
+
+    lay = relayout(element)
     length = inp.get("max_model_len")
     m, m_from = in_flight(inp)
     exact = inp.get("kv_cache_memory_bytes")
     return KvModel(shape, element, dtype, tp, lay, said, int(length) if length else None, m, m_from,
-                   inp.get("vllm_version"), not v1, int(exact) if exact else None)  # fmt: skip
+                   inp.get("vllm_version"), not v1, int(exact) if exact else None, relayout)  # fmt: skip
 
 
 def hybrid_target(inp: CheckInput, target: int, target_len: int) -> dict[str, object] | None:
