@@ -41,6 +41,8 @@ def test_gpt_oss_120b_layers_and_bytes_per_token():
     assert s.layer_plan is not None and (s.layer_plan.count("sliding"), s.layer_plan.count("full")) == (18, 18)
     assert cap.kv_bytes_per_token(s, 2) == 36_864  # the full-attention layers: 18 x 2 x 8 x 64 x 2
     assert "18 full-attention layers (of 36)" in cap.kv_formula(s, 2, "bfloat16")
+    assert s.to_json(None)["layer_kinds"] == {"sliding": 18, "full": 18}
+    assert shape("llama-3-8b").to_json(None)["layer_kinds"] is None
 
 
 def test_gpt_oss_120b_as_v1_sizes_it():

@@ -286,8 +286,7 @@ class Budget:
 
     @property
     def modelled(self) -> bool:
-        lay = self.kv_layout
-        return lay is not None and (lay.hybrid or lay.groups[0].kind not in ("full", "mla"))
+        return self.kv_layout is not None and not self.kv_layout.plain
 
     @property
     def weights_per_gpu(self) -> float:

@@ -72,6 +72,11 @@ class Layout:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def plain(self) -> bool:
+        """One full-attention (or MLA) group: tokens are memory / bytes per token, as for a dense model."""
+        return not self.hybrid and self.groups[0].kind in ("full", "mla")
+
+    @property
     def page_bytes(self) -> int:
         """P: bytes per block of the shared pool."""
         return self.layer_page * self.group_size

@@ -122,6 +122,12 @@ class ModelShape:
     def full_layers(self) -> int:
         return self.layers - self.sliding_layers
 
+    def _layer_kinds(self) -> dict[str, int] | None:
+        """{'full': 18, 'sliding': 18}: how many layers of each kind; None when every layer is full attention."""
+        kinds = self.layer_plan.kinds if self.layer_plan else []
+        counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
+        return None if set(counts) <= {"full"} else counts
+
     def to_json(self, kv_bytes_per_token: int | None) -> dict[str, Any]:
         """facts.model in the report and `model` in a plan: the issue's keys first, then detail."""
         return {
@@ -143,6 +149,9 @@ class ModelShape:
             "rope_scaling": self.rope_scaling,
             "sliding_window": self.sliding_window,
             "sliding_layers": self.sliding_layers,
+            "layer_kinds": self._layer_kinds(),
+            "attention_chunk_size": self.layer_plan.chunk_size if self.layer_plan else None,
+            "recurrent_state": self.layer_plan.state.kind if self.layer_plan and self.layer_plan.state else None,
             "dtype": self.dtype,
             "quantization": self.quant_method,
             "quant_bits": self.quant_bits,

@@ -46,7 +46,7 @@ class KvModel:
     @property
     def modelled(self) -> bool:
         """Not one plain full-attention group: vLLM's token count is not memory / bytes per token."""
-        return self.layout.hybrid or self.layout.groups[0].kind not in ("full", "mla")
+        return not self.layout.plain
 
     def budget_bytes(self, gib: float) -> int:
         """The exact budget when the log's arguments give one that its rounded GiB line agrees with."""
