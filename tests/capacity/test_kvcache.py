@@ -143,3 +143,13 @@ def test_cross_attention_holds_the_encoder_length():
                            "max_target_positions": 448})  # fmt: skip
     lay = kvcache.layout(s, 2.0)
     assert lay.encoder_len == 1500 and kvcache.request_blocks(lay, 448, 2048) == 28 + 94
+
+
+def test_mla_block_size_by_backend():
+    """MLA: FlashMLA's 64 on a GPU unless --block-size says otherwise (or the log's "Setting kv
+    cache block size to N"); the CPU backend forces 16 even over --block-size 128 (recorded)."""
+    s = shape("deepseek-v3")
+    assert kvcache.layout(s, 2.0).block_size == 64
+    assert kvcache.layout(s, 2.0, block_size=16).block_size == 16
+    assert kvcache.layout(s, 2.0, block_size=128, device="cpu").block_size == 16
+    assert kvcache.layout(s, 2.0).layer_page == 64 * 576 * 2  # one latent of 512 + 64, no factor 2

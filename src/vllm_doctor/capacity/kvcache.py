@@ -129,8 +129,8 @@ def layout(
     factor = 1 if shape.use_mla else 2
     attn_token = int(factor * kv_heads * shape.head_dim * element_bytes)
     bs = block_size or default_block_size(device, shape.use_mla)
-    if shape.use_mla:
-        bs = default_block_size(device, True)  # the MLA backends force their size whatever --block-size says
+    if shape.use_mla and str(device or "").lower() == "cpu":
+        bs = MLA_BLOCK_SIZE["cpu"]  # "CPU MLA backend requires block_size=16", whatever --block-size says
     plan = shape.layer_plan
     kinds = list(plan.kinds) if plan and plan.kinds else ["full"] * shape.layers
     notes: list[str] = []

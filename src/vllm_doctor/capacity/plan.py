@@ -255,7 +255,8 @@ def _model_plan(
     weights, weights_work = _weights(req, shape, dtype)
     bpt = cap.kv_bytes_per_token(shape, element_bytes, req.tp)
     length = req.max_model_len or shape.derived_max_model_len
-    lay = kvcache.layout(shape, element_bytes, req.tp, req.block_size)
+    explicit = req.block_size if req.block_size != cap.DEFAULT_BLOCK_SIZE else None  # else the backend's (MLA: 64)
+    lay = kvcache.layout(shape, element_bytes, req.tp, explicit)
     in_flight = kvcache.in_flight_tokens(kvcache.serve_batched_tokens(gpu_bytes), "cuda", async_scheduling=True)
     budget = Budget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size, lay, length, in_flight,
                     max(shape.derived_max_model_len or 0, length or 0) or 1 << 24)  # fmt: skip

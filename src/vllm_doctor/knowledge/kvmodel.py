@@ -127,7 +127,8 @@ def kv_model(inp: CheckInput) -> KvModel | None:
     prefix = inp.get("enable_prefix_caching")
 
     def relayout(element_bytes: float) -> Layout:
-        return kvcache.layout(shape, element_bytes, tp, bsize, device, hybrid, prefix is not False, v0=not v1)
+        size = bsize if said or device.lower() == "cpu" else None  # unsaid on a GPU: the backend's own
+        return kvcache.layout(shape, element_bytes, tp, size, device, hybrid, prefix is not False, v0=not v1)
 
     lay = relayout(element)
     length = inp.get("max_model_len")
