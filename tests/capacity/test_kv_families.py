@@ -114,6 +114,8 @@ def test_explain_predicts_what_vllm_printed(run_path: Path, run, tmp_path: Path)
     if "tokens" in seen:
         assert capacity["predicted_tokens"] == capacity["logged_tokens"] == seen["tokens"]
         assert capacity["difference_pct"] == 0.0
+        rows = {w["name"]: w["value"] for w in capacity["work"]}
+        assert rows["maximum concurrency"] == f"{seen['concurrency']:.2f}x"
         return
     got = predicted(meta)
     assert capacity["predicted_tokens"] == got.tokens  # what it would have printed

@@ -122,6 +122,10 @@ def cross_check(inp: CheckInput, model_note: str | None = None) -> CrossCheck:
             )
         how = _tokens_work(km, got, blocks, length)
         out.work.append(Step("predicted tokens", how, fmt_int(got.tokens)))
+        logged = inp.get("kv_cache.max_concurrency")
+        if logged is not None:
+            said = f"{fmt_int(blocks)} / {fmt_int(got.blocks_per_request)} blocks per request; vLLM logged {float(logged):.2f}x"
+            out.work.append(Step("maximum concurrency", said, f"{got.concurrency:.2f}x"))
     else:
         out.predicted_tokens = blocks * bsize
         out.work.append(Step("predicted tokens", f"{fmt_int(blocks)} blocks x {bsize} (no --max-model-len in the log)",
