@@ -319,7 +319,9 @@ def _steps(mp: ModelPlan, weights_work: str, unit: str) -> list[Step]:
         steps.append(
             Step(
                 f"max-model-len for {mp.target_concurrency} sequences",
-                f"{fmt_int(b.tokens)} / {mp.target_concurrency}, down to whole blocks of {b.block_size}",
+                f"the longest at which {mp.target_concurrency} requests' blocks fit in {fmt_int(b.blocks)}"
+                if b.modelled
+                else f"{fmt_int(b.tokens)} / {mp.target_concurrency}, down to whole blocks of {b.block_size}",
                 fmt_int(target or 0),
             )
         )
