@@ -123,7 +123,8 @@ def test_explain_predicts_what_vllm_printed(run_path: Path, run, tmp_path: Path)
     numbers = next(d["numbers"] for d in report["diagnoses"] if d["category"] == "cache-oom")
     assert numbers["fit_max_model_len"] == seen["estimated_max_len"]
     if "fp8_kv_fits" in numbers:  # the startup check redone with 1-byte elements, not 2 x the rounded GiB
-        fp8 = kvcache.layout(shape_from_config(meta["config"]), 1.0, device="cpu")
+        hybrid = "--disable-hybrid-kv-cache-manager" not in meta["command"]
+        fp8 = kvcache.layout(shape_from_config(meta["config"]), 1.0, device="cpu", hybrid_manager=hybrid)
         need = kvcache.needed_bytes(fp8, meta["max_model_len"], CPU_SERVE_IN_FLIGHT)
         assert numbers["fp8_kv_fits"] == (need <= meta["kv_cache_memory_bytes"] - fp8.page_bytes)
 

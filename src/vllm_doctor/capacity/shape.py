@@ -212,6 +212,8 @@ def shape_from_config(
     architecture = archs[0] if isinstance(archs, list) and archs else None
 
     key, layers = _first(text, LAYER_KEYS)
+    if key is None and isinstance(text.get("layers_block_type"), list):  # transformers 5's Nemotron-H
+        key, layers = "layers_block_type", len(text["layers_block_type"])
     if key is None:
         raise ConfigError("config.json has no num_hidden_layers (nor n_layer / num_layers)")
     layers = _int(layers, key)
