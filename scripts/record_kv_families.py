@@ -92,6 +92,11 @@ FAMILIES: dict[str, dict] = {
         num_attention_heads=4, num_key_value_heads=2, head_dim=64, attention_chunk_size=256, num_local_experts=2,
         num_experts_per_tok=1, interleave_moe_layer_step=1, no_rope_layers=[1, 1, 1, 0],
         max_position_embeddings=131072), budget=16 * MIB, lens=[4096, 65536]),
+    # encoder-decoder: the decoder's cross-attention layers hold the encoder's states
+    "whisper": dict(model_type="whisper", seq2seq=True, fields=dict(
+        d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+        encoder_ffn_dim=256, decoder_ffn_dim=256, max_source_positions=1500, max_target_positions=448,
+        num_mel_bins=80, decoder_start_token_id=1), budget=16 * MIB, lens=[448]),
 }  # fmt: skip
 CAPACITY = re.compile(r"Maximum concurrency for")
 DONE = re.compile(r"Maximum concurrency for|estimated maximum model length|Engine core initialization failed")
@@ -120,7 +125,13 @@ def make_model(out: str, spec: dict) -> dict:
     )
     cfg.torch_dtype = "bfloat16"
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(out)
+    if spec.get("seq2seq"):  # Whisper: the model and the feature extractor its processor needs
+        from transformers import AutoModelForSpeechSeq2Seq, WhisperFeatureExtractor
+
+        AutoModelForSpeechSeq2Seq.from_config(cfg).to(torch.bfloat16).save_pretrained(out)
+        WhisperFeatureExtractor(feature_size=spec["fields"]["num_mel_bins"]).save_pretrained(out)
+    else:
+        AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(out)
     with open(os.path.join(out, "config.json")) as f:
         return json.load(f)
 

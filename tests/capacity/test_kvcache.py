@@ -136,13 +136,16 @@ def test_hybrid_family_layer_patterns():
     assert next(g for g in lay.groups if g.kind == "mamba").state_blocks == 2  # GDN with prefix caching
 
 
-def test_cross_attention_holds_the_encoder_length():
-    """Whisper-style decoder: self-attention grows per token, cross-attention holds cdiv(1,500, 16)."""
+def test_cross_attention_holds_the_encoder_budget():
+    """Whisper-style decoder: self-attention grows per token; cross-attention holds the encoder
+    budget, max_num_encoder_input_tokens = max_num_batched_tokens (0.32 config/scheduler.py), so
+    cdiv(2,048, 16) blocks at the CPU serve default (recorded: fixtures/kv-families/whisper-448)."""
     s = shape_from_config({"model_type": "whisper", "is_encoder_decoder": True, "num_hidden_layers": 4,
                            "decoder_layers": 4, "num_attention_heads": 6, "hidden_size": 384, "max_source_positions": 1500,
                            "max_target_positions": 448})  # fmt: skip
     lay = kvcache.layout(s, 2.0)
-    assert lay.encoder_len == 1500 and kvcache.request_blocks(lay, 448, 2048) == 28 + 94
+    assert [g.kind for g in lay.groups] == ["full", "cross"] and lay.group_size == 4
+    assert kvcache.request_blocks(lay, 448, 2048) == 28 + 128
 
 
 def test_mla_block_size_by_backend():

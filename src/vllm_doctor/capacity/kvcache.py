@@ -44,8 +44,10 @@ class Group:
     window: int = 0  # sliding window W or chunk size C
     state_blocks: int = 1  # Mamba: blocks one request holds
 
-    def blocks_per_request(self, length: int, block_size: int, in_flight: int, encoder_len: int = 0) -> int:
-        """The spec's max_memory_usage_bytes / page: what one request at `length` claims."""
+    def blocks_per_request(self, length: int, block_size: int, in_flight: int) -> int:
+        """The spec's max_memory_usage_bytes / page: what one request at `length` claims. Cross-attention
+        holds the encoder budget, max_num_encoder_input_tokens = max_num_batched_tokens in 0.32 (not the
+        model's 1,500 Whisper frames), which the single-batch in-flight count equals."""
         if self.kind == "sliding":
             return _cdiv(min(self.window - 1 + in_flight, length), block_size) + 1
         if self.kind == "chunked":
@@ -53,7 +55,7 @@ class Group:
         if self.kind == "mamba":
             return self.state_blocks
         if self.kind == "cross":
-            return _cdiv(encoder_len, block_size)
+            return _cdiv(in_flight, block_size)
         return _cdiv(length, block_size)
 
 
@@ -67,7 +69,6 @@ class Layout:
     group_size: int  # layers per group (g)
     attn_token_bytes: int  # one attention layer, one token
     hybrid: bool  # more than one group
-    encoder_len: int = 0
     mamba_state_bytes: int = 0  # before padding
     notes: list[str] = field(default_factory=list)
 
@@ -168,8 +169,7 @@ def layout(
             count = _cdiv(n, g)
             for i in range(count):
                 groups.append(Group(kind, len(range(i, n, count)), windows.get(kind, 0), blocks_mamba))
-    encoder = (plan.max_encoder_len or 0) if plan else 0
-    return Layout(bs, groups, layer_page, g, attn_token, len(groups) > 1, encoder, state, notes)
+    return Layout(bs, groups, layer_page, g, attn_token, len(groups) > 1, state, notes)
 
 
 def _model_dtype_bytes(shape: ModelShape) -> int:
@@ -213,15 +213,12 @@ class Capacity:
 
 
 def request_blocks(lay: Layout, length: int, in_flight: int) -> int:
-    return sum(g.blocks_per_request(length, lay.block_size, in_flight, lay.encoder_len) for g in lay.groups)
+    return sum(g.blocks_per_request(length, lay.block_size, in_flight) for g in lay.groups)
 
 
 def needed_bytes(lay: Layout, length: int, in_flight: int) -> int:
     """Σ over real layers of their spec's max_memory_usage_bytes (padding layers cost nothing here)."""
-    return sum(
-        g.blocks_per_request(length, lay.block_size, in_flight, lay.encoder_len) * g.layers * lay.layer_page
-        for g in lay.groups
-    )
+    return sum(g.blocks_per_request(length, lay.block_size, in_flight) * g.layers * lay.layer_page for g in lay.groups)
 
 
 def estimate_max_len(lay: Layout, available: int, upper: int, in_flight: int) -> int:
@@ -293,7 +290,7 @@ def request_breakdown(lay: Layout, length: int, in_flight: int) -> str:
     """'5 x 19 sliding + 128 full': each group's blocks for one request, equal ones counted once."""
     counts: dict[tuple[int, str], int] = {}
     for g in lay.groups:
-        key = (g.blocks_per_request(length, lay.block_size, in_flight, lay.encoder_len), g.kind)
+        key = (g.blocks_per_request(length, lay.block_size, in_flight), g.kind)
         counts[key] = counts.get(key, 0) + 1
     return " + ".join(f"{n} x {b:,} {kind}" if n > 1 else f"{b:,} {kind}" for (b, kind), n in counts.items())
 

@@ -15,8 +15,8 @@ from vllm_doctor.errors import DoctorError
 from vllm_doctor.versions import version_tuple
 
 # config.json keys, in the order vLLM tries them (HF attribute_maps expose the aliases)
-LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")  # Whisper: its decoder
+HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "decoder_attention_heads")
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
 KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
 MAX_LEN_KEYS = (
