@@ -92,6 +92,10 @@ FAMILIES: dict[str, dict] = {
         num_attention_heads=4, num_key_value_heads=2, head_dim=64, attention_chunk_size=256, num_local_experts=2,
         num_experts_per_tok=1, interleave_moe_layer_step=1, no_rope_layers=[1, 1, 1, 0],
         max_position_embeddings=131072), budget=16 * MIB, lens=[4096, 65536]),
+    # two ranks, one KV head: each rank holds a replica of it (max(1, 1 // 2) = 1 head per rank)
+    "tp2-replicated": dict(model_type="llama", fields={**LLAMA, "num_key_value_heads": 1}, budget=64 * MIB,
+                           lens=[4096], flags=["--tensor-parallel-size", "2"],
+                           env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"}),  # one NUMA node: bind each rank by hand
     # encoder-decoder: the decoder's cross-attention layers hold the encoder's states
     "whisper": dict(model_type="whisper", seq2seq=True, fields=dict(
         d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
@@ -142,7 +146,7 @@ def serve(venv_bin: str, model: str, length: int, spec: dict, port: int, log_pat
            "--kv-cache-memory-bytes", str(spec["budget"]), "--enforce-eager", "--host", "127.0.0.1",
            "--port", str(port), *spec.get("flags", [])]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "HF_", "OMP_", "CUDA_"))}
-    env.update(PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1")
+    env.update(PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1", **spec.get("env", {}))
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     lines: list[bytes] = []
@@ -165,7 +169,8 @@ def serve(venv_bin: str, model: str, length: int, spec: dict, port: int, log_pat
     reader.join(10)
     with open(log_path, "wb") as f:
         f.write(b"".join(lines))
-    return {"command": cmd, "env": {k: env[k] for k in ("PYTHONUNBUFFERED", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE")},
+    said = ("PYTHONUNBUFFERED", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE", *spec.get("env", {}))
+    return {"command": cmd, "env": {k: env[k] for k in said},
             "seconds": round(time.monotonic() - start, 1), "stopped_after_kv_lines": seen is not None}  # fmt: skip
 
 

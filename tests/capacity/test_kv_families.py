@@ -6,6 +6,15 @@ builds the models and can re-record them on a new vLLM). Each start printed eith
 "CPU KV cache size: T tokens, Maximum concurrency for L tokens per request: Cx" or the cache-oom
 error with the GiB needed, the GiB available and the estimated maximum model length; the module
 must give every one of those numbers within 1% (they come out exact).
+
+Recorded: dense GQA, fp8 KV, all layers sliding (Mistral), Gemma-3 interleaved sliding with an
+explicit head_dim, gpt-oss alternating (also with --disable-hybrid-kv-cache-manager), a smaller
+--max-num-batched-tokens, Llama-4 chunked local, DeepSeek-V2 MLA, Qwen3-Next gated delta-net,
+Granite-4.0-H / Nemotron-H / Falcon-H1 Mamba2, Jamba Mamba1, Whisper cross-attention, and TP 2
+with one KV head (replicated). Not recordable here, so held to vLLM's source formula in
+test_kvcache.py: the V0 engine and the V1 eras before 0.21 (the 0.32 wheel has neither), and the
+GPU defaults (block size 16, MLA's 64, max_num_batched_tokens 8192 with async scheduling on large
+GPUs): the lab has no GPU build of vLLM.
 """
 
 from __future__ import annotations
@@ -56,7 +65,9 @@ def predicted_layout(meta: dict) -> kvcache.Layout:
     shape = shape_from_config(meta["config"])
     cmd = meta["command"]
     element, _ = cap.kv_element_bytes(flag(cmd, "--kv-cache-dtype", "auto"), shape.dtype)
-    return kvcache.layout(shape, element, device="cpu", hybrid_manager="--disable-hybrid-kv-cache-manager" not in cmd)
+    tp = int(flag(cmd, "--tensor-parallel-size") or 1)
+    hybrid = "--disable-hybrid-kv-cache-manager" not in cmd
+    return kvcache.layout(shape, element, tp, device="cpu", hybrid_manager=hybrid)
 
 
 def predicted(meta: dict) -> kvcache.Capacity:
