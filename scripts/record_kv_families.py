@@ -92,6 +92,15 @@ FAMILIES: dict[str, dict] = {
         num_attention_heads=4, num_key_value_heads=2, head_dim=64, attention_chunk_size=256, num_local_experts=2,
         num_experts_per_tok=1, interleave_moe_layer_step=1, no_rope_layers=[1, 1, 1, 0],
         max_position_embeddings=131072), budget=16 * MIB, lens=[4096, 65536]),
+    # a Mamba state larger than an attention page: the attention block size is raised to hold it
+    "granite-h-bigstate": dict(model_type="granitemoehybrid", fields=dict(
+        hidden_size=1024, intermediate_size=256, shared_intermediate_size=256, num_local_experts=0,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        layer_types=["mamba", "attention"], mamba_n_heads=32, mamba_d_head=64,
+        mamba_d_state=128, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2, max_position_embeddings=131072),
+        budget=64 * MIB, lens=[16384, 131072]),
+    # DeepSeek-V3's own architecture is not here: vLLM 0.32 cannot load the random weights transformers 5
+    # writes for it (KeyError: 'layers.1.mlp.gate.e_score_correction_bias'); its MLA cache is "mla" above
     # two ranks, one KV head: each rank holds a replica of it (max(1, 1 // 2) = 1 head per rank)
     "tp2-replicated": dict(model_type="llama", fields={**LLAMA, "num_key_value_heads": 1}, budget=64 * MIB,
                            lens=[4096], flags=["--tensor-parallel-size", "2"],
