@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vllm_doctor.capacity import kvcache
 from vllm_doctor.capacity.shape import DTYPE_BYTES, ModelShape
@@ -279,10 +279,11 @@ class Budget:
     bytes_per_token: int  # per GPU
     tp: int = 1
     block_size: int = DEFAULT_BLOCK_SIZE
-    kv_layout: kvcache.Layout | None = None
-    max_model_len: int | None = None
-    in_flight: int = 2048  # tokens in flight the windowed layers keep besides the window
-    length_cap: int = 1 << 24  # the longest length searched for (the model's maximum when known)
+    # V1's layout (size_as_v1); keyword-only, so subclasses' positional fields follow block_size
+    kv_layout: kvcache.Layout | None = field(default=None, kw_only=True)
+    max_model_len: int | None = field(default=None, kw_only=True)
+    in_flight: int = field(default=2048, kw_only=True)  # tokens the windowed layers keep besides the window
+    length_cap: int = field(default=1 << 24, kw_only=True)  # the longest length searched (the model's maximum)
 
     @property
     def modelled(self) -> bool:
@@ -340,6 +341,27 @@ class Budget:
             return self.weights_per_gpu + self.overhead_bytes + blocks * lay.page_bytes
         kv_blocks = sequences * cdiv(max_model_len, self.block_size) + 1
         return self.weights_per_gpu + self.overhead_bytes + kv_blocks * self.block_size * self.bytes_per_token
+
+
+def size_as_v1(
+    budget: Budget, shape: ModelShape, element_bytes: float, max_model_len: int | None, device: str = "cuda"
+) -> str:
+    """Give `budget` the cache layout V1 builds (kvcache.py) and return the plan's note about it.
+    On a GPU: the backend's block size unless --block-size says (MLA: 64), and two in-flight batches
+    of `vllm serve`'s default max_num_batched_tokens for this GPU size (async scheduling)."""
+    explicit = budget.block_size if budget.block_size != DEFAULT_BLOCK_SIZE else None
+    budget.kv_layout = kvcache.layout(shape, element_bytes, budget.tp, explicit, device)
+    cpu = device == "cpu"
+    batched = 2048 if cpu else kvcache.serve_batched_tokens(budget.total_bytes)
+    budget.in_flight = kvcache.in_flight_tokens(batched, device, async_scheduling=not cpu)
+    budget.max_model_len = max_model_len
+    budget.length_cap = max(shape.derived_max_model_len or 0, max_model_len or 0) or 1 << 24
+    batches = "1 batch" if cpu else "2 batches (async scheduling)"
+    return (
+        f"KV cache as V1's hybrid manager sizes it: {kvcache.describe(budget.kv_layout)}; windowed layers keep "
+        f"{fmt_int(budget.in_flight)} tokens in flight besides the window ({batches} of max_num_batched_tokens "
+        f"{fmt_int(batched)}, vLLM 0.32's `vllm serve` default here)"
+    )
 
 
 def layout_steps(b: Budget, length: int, unit: str) -> list[Step]:

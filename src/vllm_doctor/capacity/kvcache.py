@@ -28,6 +28,7 @@ CPU_BLOCK_SIZE = 128  # platforms/cpu.py
 CUDA_BLOCK_SIZE = 16
 MLA_BLOCK_SIZE = {"cpu": 16, "cuda": 64}  # CPU MLA backend forces 16; FlashMLA 64
 WINDOW_KINDS = ("sliding", "chunked")
+MODEL_DTYPE_BYTES = 2  # the conv state's dtype: the served dtype, 16-bit (a float32 checkpoint is served in bf16)
 MAMBA_ALIGN_BLOCKS = {"gdn": 2, "mamba2": 3, "mamba1": 2}  # prefix caching on ("align"); off: 1
 
 
@@ -146,7 +147,7 @@ def layout(
     state = 0
     if "mamba" in kinds and plan and plan.state:
         conv, ssm = plan.state.elements(tp)
-        state = int(conv * _model_dtype_bytes(shape) + ssm * (ssm_dtype_bytes or ssm_state_bytes(shape, device)))
+        state = int(conv * MODEL_DTYPE_BYTES + ssm * (ssm_dtype_bytes or ssm_state_bytes(shape, device)))
         if any(k != "mamba" for k in kinds):
             raised = bs * _cdiv(state, bs * attn_token)
             if raised > bs:
@@ -172,10 +173,6 @@ def layout(
     return Layout(bs, groups, layer_page, g, attn_token, len(groups) > 1, state, notes)
 
 
-def _model_dtype_bytes(shape: ModelShape) -> int:
-    return 4 if str(shape.dtype or "").lower() in ("float32", "float") else 2
-
-
 def ssm_state_bytes(shape: ModelShape, device: str | None) -> float:
     """Bytes per element of the temporal (SSM) state, mamba_ssm_cache_dtype 'auto' as 0.32 resolves
     it: float32 on the CPU backend ("Reset SSM cache type to float32", platforms/cpu.py) and for
@@ -187,7 +184,7 @@ def ssm_state_bytes(shape: ModelShape, device: str | None) -> float:
         return 4.0
     if named:
         return 4.0 if "32" in str(named) else 2.0
-    return float(_model_dtype_bytes(shape))
+    return float(MODEL_DTYPE_BYTES)
 
 
 @dataclass

@@ -10,7 +10,6 @@ import shlex
 from dataclasses import dataclass, field
 
 from vllm_doctor.capacity import arithmetic as cap
-from vllm_doctor.capacity import kvcache
 from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_list, fmt_size
 from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
 from vllm_doctor.capacity.params import weights_bytes_from_dtypes
@@ -254,12 +253,9 @@ def _model_plan(
     element_bytes, kv_dtype = cap.kv_element_bytes(req.kv_cache_dtype, dtype)
     weights, weights_work = _weights(req, shape, dtype)
     bpt = cap.kv_bytes_per_token(shape, element_bytes, req.tp)
+    budget = Budget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size)
     length = req.max_model_len or shape.derived_max_model_len
-    explicit = req.block_size if req.block_size != cap.DEFAULT_BLOCK_SIZE else None  # else the backend's (MLA: 64)
-    lay = kvcache.layout(shape, element_bytes, req.tp, explicit)
-    in_flight = kvcache.in_flight_tokens(kvcache.serve_batched_tokens(gpu_bytes), "cuda", async_scheduling=True)
-    budget = Budget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size, lay, length, in_flight,
-                    max(shape.derived_max_model_len or 0, length or 0) or 1 << 24)  # fmt: skip
+    layout_note = cap.size_as_v1(budget, shape, element_bytes, length)  # V1's groups and blocks (kvcache.py)
     length_from = "--max-model-len" if req.max_model_len else "the model's maximum"
     valid = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, tp_limit)
     mp = ModelPlan(name, shape, dtype, kv_dtype, element_bytes, budget, utilization, length, length_from, [], valid,
@@ -283,11 +279,7 @@ def _model_plan(
             f"({shape.max_len_key}); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
         )
     if budget.modelled:
-        mp.notes.append(
-            f"KV cache as V1's hybrid manager sizes it: {kvcache.describe(lay)}; windowed layers keep "
-            f"{fmt_int(in_flight)} tokens in flight besides the window (2 batches of max_num_batched_tokens "
-            f"{fmt_int(in_flight // 2)}, vLLM 0.32's default on this GPU size with async scheduling)"
-        )
+        mp.notes.append(layout_note)
     mp.notes.extend(shape.notes)
     mp.serve_command = _serve_command(req, mp)
     return mp

@@ -105,6 +105,7 @@ class ModelShape:
     rope_scaling: dict[str, Any] | None = None
     sliding_window: int | None = None
     sliding_layers: int = 0  # layers that keep only the window
+    layer_plan: LayerPlan | None = None  # every layer's kind (full, sliding, chunked, mamba, ...)
     dtype: str | None = None  # torch_dtype / dtype of the checkpoint
     quant_method: str | None = None
     quant_bits: float | None = None  # bits per weight from quantization_config
@@ -114,7 +115,6 @@ class ModelShape:
     # "safetensors (local files)", "safetensors metadata (Hugging Face)", "estimated from the shape", "given"
     params_source: str | None = None
     params_by_dtype: dict[str, int] | None = None  # from safetensors: stored elements per dtype
-    layer_plan: LayerPlan | None = None  # every layer's kind (full, sliding, chunked, mamba, ...)
     notes: list[str] = field(default_factory=list)  # fields filled from defaults, ignored settings
     text_config: dict[str, Any] = field(default_factory=dict, repr=False)  # the normalised source
 

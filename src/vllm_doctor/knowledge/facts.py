@@ -39,6 +39,8 @@ FACTS: dict[str, type] = {
     "pipeline_parallel_size": int,
     "data_parallel_size": int,
     "gpu_memory_utilization": float,
+    "kv_cache_memory_bytes": int,  # --kv-cache-memory-bytes: the KV space set explicitly (0.10.2+)
+    "cpu_kvcache_space": int,  # VLLM_CPU_KVCACHE_SPACE (GiB): the CPU backend's KV space
     "num_attention_heads": int,
     "num_kv_heads": int,
     "weights_gib": float,
@@ -49,11 +51,10 @@ FACTS: dict[str, type] = {
     "quantization": str,
     "enable_lora": bool,
     "enable_prefix_caching": bool,
-    "disable_hybrid_kv_cache_manager": bool,
-    "kv_cache_memory_bytes": int,  # --kv-cache-memory-bytes: the KV budget exactly, profiling skipped
     "enforce_eager": bool,
     "scheduling_policy": str,
     "trust_remote_code": bool,
+    "disable_hybrid_kv_cache_manager": bool,  # windowed layers sized as full attention
     "derived_max_model_len": int,
     "max_len_key": str,
     "kv_cache.gpu_blocks": int,
@@ -118,6 +119,9 @@ _ARG_FACTS = {
     "pipeline_parallel_size": "pipeline_parallel_size",
     "data_parallel_size": "data_parallel_size",
     "gpu_memory_utilization": "gpu_memory_utilization",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "kv_cache_memory": "kv_cache_memory_bytes",
+    "cpu_kvcache_space": "cpu_kvcache_space",  # VLLM_CPU_KVCACHE_SPACE=
     "block_size": "kv_cache.block_size",
     "max_num_seqs": "max_num_seqs",
     "max_num_batched_tokens": "max_num_batched_tokens",
@@ -126,11 +130,10 @@ _ARG_FACTS = {
     "quantization": "quantization",
     "enable_lora": "enable_lora",
     "enable_prefix_caching": "enable_prefix_caching",
-    "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
-    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
     "enforce_eager": "enforce_eager",
     "scheduling_policy": "scheduling_policy",
     "trust_remote_code": "trust_remote_code",
+    "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
     "device_config": "device",
     "tp": "tensor_parallel_size",  # -tp / -pp / -dp short flags of `vllm serve`
     "pp": "pipeline_parallel_size",
