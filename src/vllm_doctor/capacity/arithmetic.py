@@ -279,11 +279,21 @@ class Budget:
     bytes_per_token: int  # per GPU
     tp: int = 1
     block_size: int = DEFAULT_BLOCK_SIZE
-    # V1's layout (size_as_v1); keyword-only, so subclasses' positional fields follow block_size
-    kv_layout: kvcache.Layout | None = field(default=None, kw_only=True)
+    # what V1's layout is built from (size_as_v1); keyword-only, so subclasses' positional fields
+    # follow block_size, and the layout follows `tp` when a copy changes it (dataclasses.replace)
+    kv_shape: ModelShape | None = field(default=None, kw_only=True, repr=False)
+    kv_element_bytes: float = field(default=2.0, kw_only=True)
+    kv_device: str = field(default="cuda", kw_only=True)
     max_model_len: int | None = field(default=None, kw_only=True)
     in_flight: int = field(default=2048, kw_only=True)  # tokens the windowed layers keep besides the window
     length_cap: int = field(default=1 << 24, kw_only=True)  # the longest length searched (the model's maximum)
+
+    @property
+    def kv_layout(self) -> kvcache.Layout | None:
+        if self.kv_shape is None:
+            return None
+        explicit = self.block_size if self.block_size != DEFAULT_BLOCK_SIZE else None  # else the backend's (MLA: 64)
+        return kvcache.layout(self.kv_shape, self.kv_element_bytes, self.tp, explicit, self.kv_device)
 
     @property
     def modelled(self) -> bool:
@@ -298,9 +308,8 @@ class Budget:
         return self.total_bytes * self.utilization - self.weights_per_gpu - self.overhead_bytes
 
     def capacity(self, max_model_len: int) -> kvcache.Capacity | None:
-        if self.kv_layout is None:
-            return None
-        return kvcache.capacity(self.kv_layout, max(self.cache_bytes, 0), max_model_len, self.in_flight)
+        lay = self.kv_layout
+        return None if lay is None else kvcache.capacity(lay, max(self.cache_bytes, 0), max_model_len, self.in_flight)
 
     @property
     def tokens(self) -> int:
@@ -309,8 +318,9 @@ class Budget:
 
     @property
     def blocks(self) -> int:
-        if self.kv_layout is not None:
-            return max(0, int(self.cache_bytes // self.kv_layout.page_bytes))
+        lay = self.kv_layout
+        if lay is not None:
+            return max(0, int(self.cache_bytes // lay.page_bytes))
         return blocks_that_fit(self.cache_bytes, self.bytes_per_token, self.block_size)
 
     @property
@@ -349,8 +359,8 @@ def size_as_v1(
     """Give `budget` the cache layout V1 builds (kvcache.py) and return the plan's note about it.
     On a GPU: the backend's block size unless --block-size says (MLA: 64), and two in-flight batches
     of `vllm serve`'s default max_num_batched_tokens for this GPU size (async scheduling)."""
-    explicit = budget.block_size if budget.block_size != DEFAULT_BLOCK_SIZE else None
-    budget.kv_layout = kvcache.layout(shape, element_bytes, budget.tp, explicit, device)
+    budget.kv_shape, budget.kv_element_bytes, budget.kv_device = shape, element_bytes, device
+    assert budget.kv_layout is not None
     cpu = device == "cpu"
     batched = 2048 if cpu else kvcache.serve_batched_tokens(budget.total_bytes)
     budget.in_flight = kvcache.in_flight_tokens(batched, device, async_scheduling=not cpu)
