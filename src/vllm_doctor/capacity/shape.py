@@ -211,9 +211,7 @@ def shape_from_config(
     archs = cfg.get("architectures") or text.get("architectures") or []
     architecture = archs[0] if isinstance(archs, list) and archs else None
 
-    key, layers = _first(text, LAYER_KEYS)
-    if key is None and isinstance(text.get("layers_block_type"), list):  # transformers 5's Nemotron-H
-        key, layers = "layers_block_type", len(text["layers_block_type"])
+    key, layers = _layer_count(text)
     if key is None:
         raise ConfigError("config.json has no num_hidden_layers (nor n_layer / num_layers)")
     layers = _int(layers, key)
@@ -279,6 +277,14 @@ def shape_from_config(
         notes=notes,
         text_config=text,
     )
+
+
+def _layer_count(text: dict[str, Any]) -> tuple[str | None, Any]:
+    """(key, layers): the first layer key, else the length of transformers 5's Nemotron-H layers_block_type."""
+    key, layers = _first(text, LAYER_KEYS)
+    if key is None and isinstance(text.get("layers_block_type"), list):
+        return "layers_block_type", len(text["layers_block_type"])
+    return key, layers
 
 
 def _layers(

@@ -95,13 +95,13 @@ def _from_model(inp: CheckInput) -> _ModelFit:
     room = km.budget_bytes(float(available))
     if km.element_bytes > 1:
         out.fp8_fits = km.fits_with(1.0, room)
-    if km.modelled or is_v1(inp):
-        upper = max(length or 0, shape.derived_max_model_len or 0) or 1 << 24
+    if km.modelled:  # vLLM's search, not capped at the length asked for: a fit above it is a contradiction
+        upper = max(length or 0, shape.derived_max_model_len or 0, 1 << 24)
         usable = room - km.layout.page_bytes  # the null block held back
         out.fit = kvcache.estimate_max_len(km.layout, usable, upper, km.in_flight) if usable > 0 else 0
     else:
         bsize = km.layout.block_size
-        out.fit = cap.largest_max_model_len(cap.blocks_that_fit(room, bpt, bsize), bsize, False)
+        out.fit = cap.largest_max_model_len(cap.blocks_that_fit(room, bpt, bsize), bsize, is_v1(inp))
     if length:
         weights = inp.get("memory.weights_gib", "weights_gib")
         if weights is not None:
