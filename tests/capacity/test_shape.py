@@ -31,7 +31,9 @@ EXPECTED = {
     "deepseek-v3": (61, 128, 128, 576, 70_272),  # MLA: (512 + 64) x 61 x 2
     "deepseek-v2-lite": (27, 16, 16, 576, 31_104),
     "llava-1.5-7b": (32, 32, 32, 128, 524_288),  # text_config, Llama defaults
-    "gemma-3-27b": (62, 32, 16, 128, 507_904),  # text_config
+    # text_config; 10 full-attention layers grow per token, the 52 sliding ones hold their window
+    "gemma-3-27b": (62, 32, 16, 128, 81_920),
+    "gpt-oss-120b": (36, 64, 8, 64, 36_864),  # 18 full-attention layers; 18 on a 128-token window
     "lab-wide-llama": (32, 8, 8, 128, 131_072),
     "lab-tiny-llama": (2, 4, 2, 64, 1_024),
     "lab-tiny-llama-hd16": (2, 4, 2, 16, 256),

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from vllm_doctor.capacity import kvcache
 from vllm_doctor.capacity.shape import DTYPE_BYTES, ModelShape
 
 GB = 10**9
@@ -120,30 +121,35 @@ def kv_heads_per_rank(shape: ModelShape, tp: int = 1) -> int:
 
 
 def kv_bytes_per_token(shape: ModelShape, element_bytes: float, tp: int = 1) -> int:
-    """Bytes of KV cache one token takes on one GPU (all its layers)."""
+    """Bytes of KV cache one more token of a sequence takes on one GPU: its full-attention (or MLA)
+    layers. Sliding-window, chunked and Mamba layers hold a fixed amount per sequence instead
+    (kvcache.py), so they are not in this figure; a dense model counts all its layers, and one
+    with no full-attention layer (all on a window) counts them all (per token inside the window)."""
+    layers = kvcache.per_token_layers(shape) or shape.layers
     if shape.use_mla:
-        return int(shape.layers * shape.head_dim * element_bytes)
-    return int(2 * shape.layers * kv_heads_per_rank(shape, tp) * shape.head_dim * element_bytes)
+        return int(layers * shape.head_dim * element_bytes)
+    return int(2 * layers * kv_heads_per_rank(shape, tp) * shape.head_dim * element_bytes)
 
 
-def sequence_bytes(shape: ModelShape, element_bytes: float, tp: int, max_model_len: int, block_size: int) -> int:
-    """KV bytes one max-length sequence holds on one GPU when sliding-window layers keep only their
-    window (V1's hybrid manager: cdiv(window, block) + 1 blocks); full layers keep every token.
-    Approximate: V1 also keeps the tokens of the batch in flight in the window layers."""
-    per_layer = kv_bytes_per_token(shape, element_bytes, tp) / shape.layers
-    full = cdiv(max_model_len, block_size) * block_size
-    window = min(max_model_len, shape.sliding_window or max_model_len)
-    held = (cdiv(window, block_size) + 1) * block_size if shape.sliding_window else full
-    return int(per_layer * (shape.full_layers * full + shape.sliding_layers * min(held, full)))
+def sequence_bytes(
+    shape: ModelShape, element_bytes: float, tp: int, max_model_len: int, block_size: int, in_flight: int = 0
+) -> int:
+    """KV bytes one max-length sequence holds on one GPU, as V1's startup check counts it
+    (kvcache.needed_bytes): full layers every token in whole blocks, sliding-window layers the
+    window plus the `in_flight` tokens of the batch (and one block), Mamba layers their state."""
+    lay = kvcache.layout(shape, element_bytes, tp, block_size)
+    return kvcache.needed_bytes(lay, max_model_len, in_flight)
 
 
 def kv_formula(shape: ModelShape, element_bytes: float, dtype: str, tp: int = 1) -> str:
     b = f"{element_bytes:g} B ({dtype})"
+    n = kvcache.per_token_layers(shape) or shape.layers
+    layers = f"{n} layers" if n == shape.layers else f"{n} full-attention layers (of {shape.layers})"
     if shape.use_mla:
-        return f"{shape.layers} layers x ({shape.kv_lora_rank} + {shape.qk_rope_head_dim}) MLA latent x {b}"
+        return f"{layers} x ({shape.kv_lora_rank} + {shape.qk_rope_head_dim}) MLA latent x {b}"
     heads = kv_heads_per_rank(shape, tp)
     per_rank = f" per GPU at TP {tp}" if tp > 1 and not shape.use_mla else ""
-    return f"2 x {shape.layers} layers x {heads} KV heads{per_rank} x {shape.head_dim} head dim x {b}"
+    return f"2 x {layers} x {heads} KV heads{per_rank} x {shape.head_dim} head dim x {b}"
 
 
 def weight_bytes_per_param(dtype: str | None, quant_bits: float | None = None) -> tuple[float, str]:
@@ -233,15 +239,16 @@ def smallest_tp_that_fits(
     weights_bytes_per_gpu: float,
     tp_now: int,
     sizes: list[int],
+    in_flight: int = 2048,
 ) -> int | None:
-    """The smallest valid TP size above tp_now whose per-GPU cache holds one max-model-len sequence:
-    each GPU then holds 1/TP of the weights (freeing room) and its share of the KV heads."""
+    """The smallest valid TP size above tp_now whose per-GPU cache holds one max-model-len sequence
+    by V1's startup check (kvcache.py): each GPU then holds 1/TP of the weights (freeing room) and
+    its share of the KV heads (or Mamba state)."""
     whole_weights = weights_bytes_per_gpu * tp_now
     for t in sorted(s for s in sizes if s > tp_now):
         room = kv_room_bytes + weights_bytes_per_gpu - whole_weights / t
-        bpt = kv_bytes_per_token(shape, element_bytes, t)
-        usable = largest_max_model_len(blocks_that_fit(room, bpt, block_size), block_size)
-        if usable >= max_model_len:
+        lay = kvcache.layout(shape, element_bytes, t, block_size)
+        if kvcache.needed_bytes(lay, max_model_len, in_flight) <= room - lay.page_bytes:
             return t
     return None
 
@@ -261,7 +268,9 @@ class Step:
 
 @dataclass
 class Budget:
-    """The seed's steps for one model on one GPU (per GPU when TP > 1)."""
+    """The seed's steps for one model on one GPU (per GPU when TP > 1). With a cache layout that
+    is not one plain full-attention group (sliding, chunked, Mamba, several groups), tokens,
+    sequences and the longest sequence are V1's own (kvcache.py), not memory / bytes per token."""
 
     total_bytes: float  # one GPU's memory
     utilization: float
@@ -270,6 +279,25 @@ class Budget:
     bytes_per_token: int  # per GPU
     tp: int = 1
     block_size: int = DEFAULT_BLOCK_SIZE
+    # what V1's layout is built from (size_as_v1); keyword-only, so subclasses' positional fields
+    # follow block_size, and the layout follows `tp` when a copy changes it (dataclasses.replace)
+    kv_shape: ModelShape | None = field(default=None, kw_only=True, repr=False)
+    kv_element_bytes: float = field(default=2.0, kw_only=True)
+    kv_device: str = field(default="cuda", kw_only=True)
+    max_model_len: int | None = field(default=None, kw_only=True)
+    in_flight: int = field(default=2048, kw_only=True)  # tokens the windowed layers keep besides the window
+    length_cap: int = field(default=1 << 24, kw_only=True)  # the longest length searched (the model's maximum)
+
+    @property
+    def kv_layout(self) -> kvcache.Layout | None:
+        if self.kv_shape is None:
+            return None
+        explicit = self.block_size if self.block_size != DEFAULT_BLOCK_SIZE else None  # else the backend's (MLA: 64)
+        return kvcache.layout(self.kv_shape, self.kv_element_bytes, self.tp, explicit, self.kv_device)
+
+    @property
+    def modelled(self) -> bool:
+        return self.kv_layout is not None and not self.kv_layout.plain
 
     @property
     def weights_per_gpu(self) -> float:
@@ -279,26 +307,106 @@ class Budget:
     def cache_bytes(self) -> float:
         return self.total_bytes * self.utilization - self.weights_per_gpu - self.overhead_bytes
 
+    def capacity(self, max_model_len: int) -> kvcache.Capacity | None:
+        lay = self.kv_layout
+        return None if lay is None else kvcache.capacity(lay, max(self.cache_bytes, 0), max_model_len, self.in_flight)
+
     @property
     def tokens(self) -> int:
-        return tokens_that_fit(self.cache_bytes, self.bytes_per_token)
+        got = self.capacity(self.max_model_len) if self.modelled and self.max_model_len else None
+        return got.tokens if got else tokens_that_fit(self.cache_bytes, self.bytes_per_token)
 
     @property
     def blocks(self) -> int:
+        lay = self.kv_layout
+        if lay is not None:
+            return max(0, int(self.cache_bytes // lay.page_bytes))
         return blocks_that_fit(self.cache_bytes, self.bytes_per_token, self.block_size)
 
     @property
     def longest_sequence(self) -> int:
-        return largest_max_model_len(self.blocks, self.block_size)
+        lay = self.kv_layout
+        if self.modelled and lay is not None:
+            room = int(self.cache_bytes) - lay.page_bytes  # the null block held back
+            return kvcache.estimate_max_len(lay, room, self.length_cap, self.in_flight) if room > 0 else 0
+        return largest_max_model_len(self.blocks, lay.block_size if lay else self.block_size)
 
     def sequences(self, max_model_len: int) -> int:
-        return worst_case_sequences(self.tokens, max_model_len)
+        got = self.capacity(max_model_len) if self.modelled else None
+        return int(got.concurrency) if got else worst_case_sequences(self.tokens, max_model_len)
+
+    def max_len_for(self, sequences: int) -> int:
+        """The --max-model-len at which `sequences` full-length sequences fit."""
+        lay = self.kv_layout
+        if self.modelled and lay is not None:
+            return kvcache.max_len_for_concurrency(lay, self.blocks, sequences, self.length_cap, self.in_flight)
+        return max_len_for(self.tokens, sequences, self.block_size)
 
     def bytes_for(self, sequences: int, max_model_len: int) -> float:
         """Memory this model needs to start: weights, overheads, and the KV cache of `sequences`
         sequences of max_model_len in whole blocks, plus the null block."""
+        lay = self.kv_layout
+        if self.modelled and lay is not None:
+            blocks = sequences * kvcache.request_blocks(lay, max_model_len, self.in_flight) + 1
+            return self.weights_per_gpu + self.overhead_bytes + blocks * lay.page_bytes
         kv_blocks = sequences * cdiv(max_model_len, self.block_size) + 1
         return self.weights_per_gpu + self.overhead_bytes + kv_blocks * self.block_size * self.bytes_per_token
+
+
+def size_as_v1(
+    budget: Budget, shape: ModelShape, element_bytes: float, max_model_len: int | None, device: str = "cuda"
+) -> str:
+    """Give `budget` the cache layout V1 builds (kvcache.py) and return the plan's note about it.
+    On a GPU: the backend's block size unless --block-size says (MLA: 64), and two in-flight batches
+    of `vllm serve`'s default max_num_batched_tokens for this GPU size (async scheduling)."""
+    budget.kv_shape, budget.kv_element_bytes, budget.kv_device = shape, element_bytes, device
+    assert budget.kv_layout is not None
+    cpu = device == "cpu"
+    batched = 2048 if cpu else kvcache.serve_batched_tokens(budget.total_bytes)
+    budget.in_flight = kvcache.in_flight_tokens(batched, device, async_scheduling=not cpu)
+    budget.max_model_len = max_model_len
+    budget.length_cap = max(shape.derived_max_model_len or 0, max_model_len or 0) or 1 << 24
+    batches = "1 batch" if cpu else "2 batches (async scheduling)"
+    return (
+        f"KV cache as V1's hybrid manager sizes it: {kvcache.describe(budget.kv_layout)}; windowed layers keep "
+        f"{fmt_int(budget.in_flight)} tokens in flight besides the window ({batches} of max_num_batched_tokens "
+        f"{fmt_int(batched)}, vLLM 0.32's `vllm serve` default here)"
+    )
+
+
+def layout_steps(b: Budget, length: int, unit: str) -> list[Step]:
+    """Sliding, chunked or Mamba layers, or several groups: V1's blocks, blocks per request,
+    concurrency and its printed token count (kvcache.py), not memory / bytes per token."""
+    lay = b.kv_layout
+    assert lay is not None
+    got = b.capacity(length)
+    assert got is not None
+    per_group = kvcache.request_breakdown(lay, length, b.in_flight)
+    return [
+        Step("4 cache layout", kvcache.describe(lay), f"{fmt_int(lay.page_bytes)} B per block"),
+        Step(
+            "5 blocks",
+            f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(lay.page_bytes)} B",
+            fmt_int(got.num_blocks),
+        ),
+        Step(f"6 blocks per request at {fmt_int(length)}", per_group, fmt_int(got.blocks_per_request)),
+        Step(
+            f"7 sequences at {fmt_int(length)}",
+            f"Maximum concurrency {fmt_int(got.num_blocks)} / {fmt_int(got.blocks_per_request)} = {got.concurrency:.2f}x",
+            fmt_int(int(got.concurrency)),
+        ),
+        Step(
+            "8 tokens vLLM reports",
+            f"int({got.concurrency:.4f} x {fmt_int(length)}) (KV cache size)",
+            fmt_int(got.tokens),
+        ),
+        Step(
+            "longest sequence",
+            f"largest length whose request fits in {fmt_size(max(b.cache_bytes, 0) - lay.page_bytes, unit)} "
+            f"(1 null block held back){', capped at the model maximum' if b.longest_sequence >= b.length_cap else ''}",
+            fmt_int(b.longest_sequence),
+        ),
+    ]
 
 
 def split_card(needs: list[float], total_bytes: float, budget: float) -> list[float] | None:

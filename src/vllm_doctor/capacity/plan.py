@@ -75,7 +75,7 @@ class ModelPlan:
     def max_model_len_for_target(self) -> int | None:
         if not self.target_concurrency:
             return None
-        return cap.max_len_for(self.budget.tokens, self.target_concurrency, self.budget.block_size)
+        return self.budget.max_len_for(self.target_concurrency)
 
     @property
     def fits(self) -> bool:
@@ -275,6 +275,7 @@ def _model_plan(
     if space:
         budget = serving.FixedBudget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size, *space)
     length = req.max_model_len or shape.derived_max_model_len
+    layout_note = cap.size_as_v1(budget, shape, element_bytes, length)  # V1's groups and blocks (kvcache.py)
     length_from = "--max-model-len" if req.max_model_len else "the model's maximum"
     valid = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, tp_limit)
     mp = ModelPlan(name, shape, dtype, kv_dtype, element_bytes, budget, utilization, length, length_from, [], valid,
@@ -297,11 +298,8 @@ def _model_plan(
             f"--max-model-len {fmt_int(length)} is above the model's maximum {fmt_int(shape.derived_max_model_len)} "
             f"({shape.max_len_key}); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
         )
-    if shape.sliding_layers:
-        mp.notes.append(
-            f"{shape.sliding_layers} of {shape.layers} layers use a {fmt_int(shape.sliding_window or 0)}-token sliding window: "
-            "V1 keeps only the window for them, so more sequences fit than the worst case says"
-        )
+    if budget.modelled:
+        mp.notes.append(layout_note)
     mp.notes.extend(shape.notes)
     mp.serve_command = _serve_command(req, mp, name in req.configs, tp_limit, port)
     return mp
@@ -326,44 +324,19 @@ def _steps(mp: ModelPlan, weights_work: str, unit: str) -> list[Step]:
             cap.kv_formula(shape, mp.element_bytes, mp.kv_dtype, b.tp),
             f"{fmt_int(b.bytes_per_token)} B",
         ),
-        Step(
-            "4 tokens that fit",
-            f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(b.bytes_per_token)} B",
-            f"{fmt_int(b.tokens)} (about {cap.about(b.tokens)})",
-        ),
     ]
-    if mp.max_model_len:
-        steps.append(
-            Step(
-                f"5 sequences at {fmt_int(mp.max_model_len)}",
-                f"{fmt_int(b.tokens)} / {fmt_int(mp.max_model_len)} ({mp.max_model_len_from}), "
-                "every sequence at full length",
-                fmt_int(mp.sequences or 0),
-            )
-        )
-    if mp.max_model_len and shape.sliding_layers:
-        per_seq = cap.sequence_bytes(shape, mp.element_bytes, b.tp, mp.max_model_len, b.block_size)
-        steps.append(
-            Step(
-                f"5b with the {fmt_int(shape.sliding_window or 0)}-token window",
-                f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(per_seq)} B per sequence "
-                f"({shape.sliding_layers} of {shape.layers} layers keep only the window; approximate)",
-                fmt_int(max(0, int(b.cache_bytes // per_seq))),
-            )
-        )
-    steps.append(
-        Step(
-            "longest sequence",
-            f"({fmt_int(b.blocks)} blocks of {b.block_size} - 1 null block) x {b.block_size}",
-            fmt_int(b.longest_sequence),
-        )
-    )
+    if b.modelled and mp.max_model_len:
+        steps += cap.layout_steps(b, mp.max_model_len, unit)
+    else:
+        steps += _seed_steps(mp, unit)
     target = mp.max_model_len_for_target
     if mp.target_concurrency:
         steps.append(
             Step(
                 f"max-model-len for {mp.target_concurrency} sequences",
-                f"{fmt_int(b.tokens)} / {mp.target_concurrency}, down to whole blocks of {b.block_size}",
+                f"the longest at which {mp.target_concurrency} requests' blocks fit in {fmt_int(b.blocks)}"
+                if b.modelled
+                else f"{fmt_int(b.tokens)} / {mp.target_concurrency}, down to whole blocks of {b.block_size}",
                 fmt_int(target or 0),
             )
         )
@@ -463,3 +436,33 @@ def _block_examples(req: PlanRequest, mp: ModelPlan | None) -> list[Step]:
             out.append(Step(f"{req.samples} samples of that prompt", f"{req.samples} x {blocks} unshared, {blocks} shared",
                             f"{unshared} blocks unshared vs {shared} shared"))  # fmt: skip
     return out
+
+
+def _seed_steps(mp: ModelPlan, unit: str) -> list[Step]:
+    """One plain full-attention group: the seed's steps, memory / bytes per token."""
+    b = mp.budget
+    steps = [
+        Step(
+            "4 tokens that fit",
+            f"{fmt_size(max(b.cache_bytes, 0), unit)} / {fmt_int(b.bytes_per_token)} B",
+            f"{fmt_int(b.tokens)} (about {cap.about(b.tokens)})",
+        )
+    ]
+    if mp.max_model_len:
+        steps.append(
+            Step(
+                f"5 sequences at {fmt_int(mp.max_model_len)}",
+                f"{fmt_int(b.tokens)} / {fmt_int(mp.max_model_len)} ({mp.max_model_len_from}), "
+                "every sequence at full length",
+                fmt_int(mp.sequences or 0),
+            )
+        )
+    bs = b.kv_layout.block_size if b.kv_layout else b.block_size
+    steps.append(
+        Step(
+            "longest sequence",
+            f"({fmt_int(b.blocks)} blocks of {bs} - 1 null block) x {bs}",
+            fmt_int(b.longest_sequence),
+        )
+    )
+    return steps

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from vllm_doctor.capacity.layers import LayerPlan, layer_plan
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.versions import version_tuple
 
@@ -17,8 +18,8 @@ if TYPE_CHECKING:
     from vllm_doctor.capacity.weights import Tally
 
 # config.json keys, in the order vLLM tries them (HF attribute_maps expose the aliases)
-LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")  # Whisper: its decoder
+HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "decoder_attention_heads")
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
 KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
 MAX_LEN_KEYS = (
@@ -107,6 +108,7 @@ class ModelShape:
     rope_scaling: dict[str, Any] | None = None
     sliding_window: int | None = None
     sliding_layers: int = 0  # layers that keep only the window
+    layer_plan: LayerPlan | None = None  # every layer's kind (full, sliding, chunked, mamba, ...)
     dtype: str | None = None  # torch_dtype / dtype of the checkpoint
     quant_method: str | None = None
     quant_bits: float | None = None  # bits per weight from quantization_config
@@ -124,6 +126,12 @@ class ModelShape:
     @property
     def full_layers(self) -> int:
         return self.layers - self.sliding_layers
+
+    def _layer_kinds(self) -> dict[str, int] | None:
+        """{'full': 18, 'sliding': 18}: how many layers of each kind; None when every layer is full attention."""
+        kinds = self.layer_plan.kinds if self.layer_plan else []
+        counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
+        return None if set(counts) <= {"full"} else counts
 
     def to_json(self, kv_bytes_per_token: int | None) -> dict[str, Any]:
         """facts.model in the report and `model` in a plan: the issue's keys first, then detail."""
@@ -146,6 +154,9 @@ class ModelShape:
             "rope_scaling": self.rope_scaling,
             "sliding_window": self.sliding_window,
             "sliding_layers": self.sliding_layers,
+            "layer_kinds": self._layer_kinds(),
+            "attention_chunk_size": self.layer_plan.chunk_size if self.layer_plan else None,
+            "recurrent_state": self.layer_plan.state.kind if self.layer_plan and self.layer_plan.state else None,
             "dtype": self.dtype,
             "quantization": self.quant_method,
             "quant_bits": self.quant_bits,
@@ -205,7 +216,7 @@ def shape_from_config(
     archs = cfg.get("architectures") or text.get("architectures") or []
     architecture = archs[0] if isinstance(archs, list) and archs else None
 
-    key, layers = _first(text, LAYER_KEYS)
+    key, layers = _layer_count(text)
     if key is None:
         raise ConfigError("config.json has no num_hidden_layers (nor n_layer / num_layers)")
     layers = _int(layers, key)
@@ -234,9 +245,7 @@ def shape_from_config(
     else:
         raise ConfigError("config.json has neither head_dim nor hidden_size to derive the head size from")
 
-    sliding_window, sliding_layers, sw_note = _sliding(text, model_type, layers)
-    if sw_note:
-        notes.append(sw_note)
+    sliding_window, sliding_layers, plan = _layers(text, model_type, layers, notes)
     max_pos = text.get("max_position_embeddings")
     derived, max_len_key = derive_max_model_len(text, model_type, vllm_version)
     rope = text.get("rope_scaling") or text.get("rope_parameters")
@@ -271,9 +280,31 @@ def shape_from_config(
         quant_config=qcfg if isinstance(qcfg, dict) else None,
         num_experts=int(experts) if isinstance(experts, (int, float)) else None,
         experts_per_token=text.get("num_experts_per_tok"),
+        layer_plan=plan,
         notes=notes,
         text_config=text,
     )
+
+
+def _layer_count(text: dict[str, Any]) -> tuple[str | None, Any]:
+    """(key, layers): the first layer key, else the length of transformers 5's Nemotron-H layers_block_type."""
+    key, layers = _first(text, LAYER_KEYS)
+    if key is None and isinstance(text.get("layers_block_type"), list):
+        return "layers_block_type", len(text["layers_block_type"])
+    return key, layers
+
+
+def _layers(
+    text: dict[str, Any], model_type: str | None, layers: int, notes: list[str]
+) -> tuple[int | None, int, LayerPlan]:
+    """(sliding window, sliding layers, every layer's kind)."""
+    sliding_window, sliding_layers, sw_note = _sliding(text, model_type, layers)
+    if sw_note:
+        notes.append(sw_note)
+    plan = layer_plan(text, model_type, layers, sliding_window)
+    if sliding_layers and "sliding" not in plan.kinds and plan.kinds.count("full") >= sliding_layers:
+        plan.kinds = ["sliding"] * sliding_layers + plan.kinds[sliding_layers:]  # a pattern key, not a list
+    return sliding_window, sliding_layers, plan
 
 
 def _kv_heads(text: dict[str, Any], model_type: str | None, heads: int) -> int:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.knowledge.contract import Check, CheckInput, CheckResult, Options, check
+from vllm_doctor.knowledge.kvmodel import READS as _KV_MODEL_READS
+from vllm_doctor.knowledge.kvmodel import block_size, hybrid_target, is_v1, kv_model
 from vllm_doctor.knowledge.parallel import quant_tp
 from vllm_doctor.knowledge.phases import oom_phase, shutdown
 from vllm_doctor.knowledge.runtime import (
@@ -30,20 +32,24 @@ from vllm_doctor.knowledge.runtime import (
 from vllm_doctor.knowledge.sizing import gpu_sharing, tp_unneeded
 from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
 from vllm_doctor.knowledge.traffic import prompt_budget, queue_kind, request_limit
-from vllm_doctor.versions import version_tuple
 
 if TYPE_CHECKING:  # the model module loads only when a model is involved
     from vllm_doctor.capacity.modelcfg import ModelShape
 
-__all__ = ["CHECKS", "Check", "CheckInput", "CheckResult", "Options"]  # the contract types, for callers
+__all__ = [
+    "CHECKS",
+    "Check",
+    "CheckInput",
+    "CheckResult",
+    "Options",
+    "block_size",
+    "is_v1",
+]  # the contract types, for callers
 
-DEFAULT_BLOCK_SIZE = 16  # vLLM's block size on CUDA when the log does not say
+DEFAULT_BLOCK_SIZE = 16  # vLLM's block size on CUDA when the log does not say (kvmodel.block_size)
 SAFE_UTILIZATION = 0.95  # above this, a startup failure is traded for a mid-traffic OOM
 RAISE_UTILIZATION_BELOW = 0.90
 MAX_TP_LISTED = 8  # tensor-parallel sizes listed when the GPU count is unknown
-# the CPU attention backend's block size: the lab's 0.32 recordings hold 1 GiB / 131,072 B = 64 blocks
-# of 128 tokens, and the startup check's null block is 128 tokens (8,192 -> 8,064)
-CPU_BLOCK_SIZE = 128
 
 
 # the names the shared helpers read, for the declarations of the checks that call them
@@ -51,25 +57,6 @@ _BLOCK_READS = {"block_size", "kv_cache.block_size", "vllm_version", "device"}
 _V1_READS = {"engine", "vllm_version"}
 _MODEL_KV_READS = {"kv_cache_dtype", "dtype", "tp", "tensor_parallel_size"}
 _GPU_NOW = {"gpu_used_by_others_gib", "gpu_free_utilization", "gpu_processes", "lower_utilization"}
-
-
-def block_size(inp: CheckInput) -> tuple[int, bool]:
-    """(block size, whether the log said it)."""
-    b = inp.get("block_size", "kv_cache.block_size")
-    if b:
-        return int(b), True
-    version = inp.get("vllm_version")
-    if str(inp.get("device") or "").lower() == "cpu" and version and version_tuple(version) >= (0, 20):
-        return CPU_BLOCK_SIZE, False
-    return DEFAULT_BLOCK_SIZE, False
-
-
-def is_v1(inp: CheckInput) -> bool:
-    engine = inp.get("engine")
-    if engine:
-        return engine == "V1"
-    version = inp.get("vllm_version")
-    return bool(version) and version_tuple(version) >= (0, 8, 0)
 
 
 def model_kv(inp: CheckInput) -> tuple[ModelShape, float, str, int, int] | None:
@@ -93,28 +80,38 @@ class _ModelFit:
     values: dict[str, Any] = field(default_factory=dict)
     needed_gib: float | None = None
     fit: int | None = None
+    fp8_fits: bool | None = None  # the startup check with a 1-byte KV element, from the config
 
 
 def _from_model(inp: CheckInput) -> _ModelFit:
     """Bytes per token, the cache one max-length sequence needs, the longest length the available
-    memory holds, and the smallest TP size that fits."""
-    known = model_kv(inp)
+    memory holds (V1's startup check and its estimate, kvcache.py), and the smallest TP size that fits."""
+    km = kv_model(inp)
     out = _ModelFit()
-    if known is None:
+    if km is None:
         return out
     from vllm_doctor.capacity import arithmetic as cap
+    from vllm_doctor.capacity import kvcache
 
-    shape, element, _dtype, tp, bpt = known
-    bsize, _ = block_size(inp)
+    shape, tp = km.shape, km.tp
+    bpt = cap.kv_bytes_per_token(shape, km.element_bytes, tp)
     out.values["kv_bytes_per_token"] = bpt
-    length = inp.get("max_model_len")
+    length = km.max_model_len
     available = inp.get("available_gib", "kv_cache.available_gib")
     if length:
-        out.needed_gib = round(cap.cdiv(int(length), bsize) * bsize * bpt / cap.GIB, 2)
+        out.needed_gib = round(kvcache.needed_bytes(km.layout, length, km.in_flight) / cap.GIB, 2)
     if available is None:
         return out
-    room = float(available) * cap.GIB
-    out.fit = cap.largest_max_model_len(cap.blocks_that_fit(room, bpt, bsize), bsize, is_v1(inp))
+    room = km.budget_bytes(float(available))
+    if km.element_bytes > 1:
+        out.fp8_fits = km.fits_with(1.0, room)
+    if km.modelled:  # vLLM's search, not capped at the length asked for: a fit above it is a contradiction
+        upper = max(length or 0, shape.derived_max_model_len or 0, 1 << 24)
+        usable = room - km.layout.page_bytes  # the null block held back
+        out.fit = kvcache.estimate_max_len(km.layout, usable, upper, km.in_flight) if usable > 0 else 0
+    else:
+        bsize = km.layout.block_size
+        out.fit = cap.largest_max_model_len(cap.blocks_that_fit(room, bpt, bsize), bsize, is_v1(inp))
     if length:
         weights = inp.get("memory.weights_gib", "weights_gib")
         if weights is not None:
@@ -125,7 +122,8 @@ def _from_model(inp: CheckInput) -> _ModelFit:
         else:
             weights_per_gpu = 0.0
         sizes = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, _tp_limit(inp, tp))
-        fit_tp = cap.smallest_tp_that_fits(shape, element, int(length), bsize, room, weights_per_gpu, tp, sizes)
+        fit_tp = cap.smallest_tp_that_fits(shape, km.element_bytes, int(length), km.layout.block_size, room,
+                                           weights_per_gpu, tp, sizes, km.in_flight)  # fmt: skip
         if fit_tp:
             out.values["fit_tp_size"] = fit_tp
     return out
@@ -160,7 +158,7 @@ def _gpu_now(inp: CheckInput) -> dict[str, Any]:
 
 
 @check(
-    reads=_BLOCK_READS | _V1_READS | _MODEL_KV_READS
+    reads=_BLOCK_READS | _V1_READS | _MODEL_KV_READS | _KV_MODEL_READS
     | {"max_model_len", "available_gib", "kv_cache.available_gib", "memory.weights_gib", "weights_gib",
        "estimated_max_len", "kv_cache.estimated_max_model_len", "kv_tokens", "gpu_blocks", "kv_cache.gpu_blocks",
        "kv_cache.tokens", "needed_gib", "gpu_memory_utilization", "memory.total_gib"},
@@ -210,7 +208,8 @@ def kv_fit(inp: CheckInput) -> CheckResult:
         out["missing_gib"] = round(float(needed) - float(available), 2)
         kv_dtype = str(inp.get("kv_cache_dtype") or "auto")
         if not kv_dtype.startswith("fp8"):
-            out["fp8_kv_fits"] = 2 * float(available) >= float(needed)
+            halved = 2 * float(available) >= float(needed)  # rounded GiB: the config's check when known
+            out["fp8_kv_fits"] = model.fp8_fits if model.fp8_fits is not None else halved
         if util is not None and total:
             want = float(util) + (float(needed) - float(available)) / float(total)
             out["utilization_needed"] = math.ceil(want * 100) / 100
@@ -353,9 +352,9 @@ def gpu_headroom(inp: CheckInput) -> CheckResult:
 
 
 @check(
-    reads=_BLOCK_READS
+    reads=_BLOCK_READS | _KV_MODEL_READS
     | {"kv_cache.tokens", "kv_cache.gpu_blocks", "max_model_len", "kv_cache.concurrency_tokens",
-       "kv_cache.max_concurrency"},
+       "kv_cache.max_concurrency", "kv_cache.available_gib"},
     returns={"tokens_from_blocks", "block_size_assumed", "kv_tokens", "max_model_len", "worst_case_sequences",
              "target_concurrency", "target_len", "target_tokens", "can_hold_target", "missing_tokens",
              "target_max_model_len"},
@@ -395,6 +394,10 @@ def concurrency_budget(inp: CheckInput) -> CheckResult:
                 missing_tokens=max(0, need - int(tokens)),
                 target_max_model_len=(int(tokens) // int(target)) // bsize * bsize,
             )
+            hybrid = hybrid_target(inp, int(target), int(target_len))
+            if hybrid:  # windowed or Mamba layers: by blocks per request, as vLLM admits requests
+                out.update(hybrid)
+                out["missing_tokens"] = 0 if hybrid["can_hold_target"] else out["missing_tokens"]
     return CheckResult(out)
 
 

@@ -57,6 +57,7 @@ FACTS: dict[str, type] = {
     "enforce_eager": bool,
     "scheduling_policy": str,
     "trust_remote_code": bool,
+    "disable_hybrid_kv_cache_manager": bool,  # windowed layers sized as full attention
     "derived_max_model_len": int,
     "max_len_key": str,
     "kv_cache.gpu_blocks": int,
@@ -145,6 +146,7 @@ _ARG_FACTS = {
     "enforce_eager": "enforce_eager",
     "scheduling_policy": "scheduling_policy",
     "trust_remote_code": "trust_remote_code",
+    "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
     "device_config": "device",
     "tp": "tensor_parallel_size",  # -tp / -pp / -dp short flags of `vllm serve`
     "pp": "pipeline_parallel_size",
