@@ -275,7 +275,8 @@ def _model_plan(
     if space:
         budget = serving.FixedBudget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size, *space)
     length = req.max_model_len or shape.derived_max_model_len
-    layout_note = cap.size_as_v1(budget, shape, element_bytes, length)  # V1's groups and blocks (kvcache.py)
+    device = "cpu" if req.cpu_kvcache_space is not None else "cuda"
+    layout_note = cap.size_as_v1(budget, shape, element_bytes, length, device)  # V1's groups and blocks (kvcache.py)
     length_from = "--max-model-len" if req.max_model_len else "the model's maximum"
     valid = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, tp_limit)
     mp = ModelPlan(name, shape, dtype, kv_dtype, element_bytes, budget, utilization, length, length_from, [], valid,
