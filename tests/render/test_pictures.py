@@ -260,3 +260,21 @@ def test_a_negative_kv_cache_is_not_drawn_as_a_negative_bar(tmp_path):
     picture = svg.memory(report) or ""
     ET.fromstring(picture)
     assert not re.search(r'width="-', picture)
+
+
+@pytest.mark.parametrize("name", ["queue-saturation.log", "cache-oom.log"])
+def test_the_json_holds_the_samples_drawn_each_as_vllm_printed_it(name):
+    import json
+
+    from vllm_doctor.render.json import render as to_json
+
+    report = report_of(LAB / name)
+    series = json.loads(to_json(report))["facts"]["stats"]["series"]
+    assert len(series) == len(report.series) == report.facts["stats"]["samples"]
+    lines = (LAB / name).read_bytes().decode().split("\n")  # vLLM's line numbers: LF only
+    for p in series:
+        text = lines[p["line"] - 1]
+        assert p["source"] == 0 and p["time"] in text
+        assert f"Running: {p['running']} reqs, Waiting: {p['waiting']} reqs" in text
+        assert f"KV cache usage: {p['kv_usage_pct']}%" in text
+    assert [p["waiting"] for p in series] == [p["waiting"] for p in report.series]
