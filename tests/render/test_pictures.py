@@ -278,3 +278,34 @@ def test_the_json_holds_the_samples_drawn_each_as_vllm_printed_it(name):
         assert f"Running: {p['running']} reqs, Waiting: {p['waiting']} reqs" in text
         assert f"KV cache usage: {p['kv_usage_pct']}%" in text
     assert [p["waiting"] for p in series] == [p["waiting"] for p in report.series]
+
+
+def test_explain_writes_the_pictures_beside_a_markdown_file_and_links_them(tmp_path):
+    log = restarts(tmp_path)
+    out = tmp_path / "out" / "incident.md"
+    out.parent.mkdir()
+    r = CliRunner().invoke(app, ["explain", str(log), "--no-gpu", "--format", "markdown", "-o", str(out)])
+    assert r.exit_code in (0, 1), r.output
+    names = ["incident.restarts.svg", "incident.memory.svg", "incident.queue.svg"]
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted([*names, "incident.md"])
+    md = out.read_text()
+    stdout = CliRunner().invoke(app, ["explain", str(log), "--no-gpu", "--format", "markdown"])
+    assert "### Pictures" not in stdout.stdout and "pictures written" not in stdout.stderr
+    assert md.startswith(stdout.stdout.rstrip("\n") + "\n\n### Pictures")  # the ticket, then its pictures
+    assert md.endswith("### Pictures\n\n" + "".join(f"![{n.split('.')[1]}]({n})\n" for n in names))
+    assert f"pictures written to {', '.join(str(out.parent / n) for n in names)}" in r.stderr
+    for n in names:
+        assert ET.parse(out.parent / n).getroot().tag == f"{SVG}svg"
+    assert "incident.memory.svg" not in r.stdout
+
+
+def test_a_markdown_file_with_nothing_to_draw_gets_no_pictures(tmp_path):
+    out = tmp_path / "report.md"
+    r = CliRunner().invoke(app, ["explain", str(LAB / "startup-port-in-use.log"), "--no-gpu", "-o", str(out)])
+    assert r.exit_code in (0, 1), r.output
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"] and "### Pictures" not in out.read_text()
+    assert "pictures written" not in r.stderr
+    one = tmp_path / "oom" / "report.md"
+    one.parent.mkdir()
+    CliRunner().invoke(app, ["explain", str(LAB / "cache-oom.log"), "--no-gpu", "-o", str(one)])
+    assert sorted(p.name for p in one.parent.iterdir()) == ["report.md", "report.memory.svg"]
