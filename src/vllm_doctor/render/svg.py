@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
-from vllm_doctor.data import Report
+from vllm_doctor.data import Life, Report
 from vllm_doctor.matching.expr import fmt
 from vllm_doctor.render.bars import Bar, all_bars, is_queue
 
@@ -214,48 +214,110 @@ def _line_legend(y: float) -> str:
 
 
 def restarts(report: Report) -> str | None:
-    """The server's starts along the input's lines, coloured by status, a red tick where one died;
+    """The server's starts left to right (_lanes), coloured by status, a red tick where one died;
     listed under the lane with time, lines and outcome. None for a single start."""
     lives = report.lifetimes
     if len(lives) < 2:
         return None
     left, right, lane = 10.0, WIDTH - 10.0, 30.0
-    lo, hi = min(life.lines[0] for life in lives), max(life.lines[1] for life in lives)
-    span = max(1, hi - lo)
-
-    def px(line: int) -> float:
-        return left + (line - lo) / span * (right - left)
-
+    order, ends = _lanes(report)
+    total = sum(extent for _, extent in order)
+    room = right - left - _GAP * (len(order) - 1)
     body = ['<g class="lifetimes">']
-    for life in lives:
-        a, b = px(life.lines[0]), max(px(life.lines[1]), px(life.lines[0]) + 3)
+    a, previous = left, None
+    for life, extent in order:
+        # half the room shared alike, half by extent: a start of a few lines stays visible, none overlaps
+        w = room * (0.5 / len(order) + (0.5 * extent / total if total else 0.5 / len(order)))
+        b = a + w
+        if previous is not None and previous.sources[1] != life.sources[0] and ends[2]:
+            body.append(f'<line class="input-edge" x1="{a - _GAP / 2:.1f}" y1="{lane - 8}" x2="{a - _GAP / 2:.1f}" '
+                        f'y2="{lane + 36}" stroke="#555" stroke-dasharray="2 2"/>')  # fmt: skip
         edge = ' stroke="#000" stroke-width="2"' if life.index == report.shown else ' stroke="#fff"'
         tip = f"#{life.index} {life.started or 'no time'}: {life.report.status}, {life.outcome}"
         body.append(
-            f'<rect class="life status-{life.report.status}" x="{a:.1f}" y="{lane}" width="{b - a:.1f}" height="28" '
+            f'<rect class="life status-{life.report.status}" x="{a:.1f}" y="{lane}" width="{w:.1f}" height="28" '
             f'fill="{STATUS.get(life.report.status, "#9d9d9d")}"{edge}><title>{escape(tip)}</title></rect>'
         )
-        if b - a > 24:
-            body.append(_text(a + 4, lane + 19, f"#{life.index}", fill="#fff"))
+        if w > 36:
+            body.append(_text(a + 4, lane + 20, f"#{life.index}", fill="#fff"))
         if life.end == "fatal":
             body.append(
                 f'<line class="failure-marker" x1="{b:.1f}" y1="{lane - 6}" x2="{b:.1f}" y2="{lane + 34}" stroke="#b00" stroke-width="3"/>'
             )
+        a, previous = b + _GAP, life
     body.append("</g>")
     axis = lane + 40
     body.append(f'<g class="axis"><line x1="{left}" y1="{axis}" x2="{right}" y2="{axis}" stroke="#555"/>')
-    body.append(_text(left, axis + 16, f"line {lo}") + _text(right, axis + 16, f"line {hi}", anchor="end") + "</g>")
-    y = axis + 44
+    body.append(_text(left, axis + 20, ends[0]) + _text(right, axis + 20, ends[1], anchor="end") + "</g>")
+    y = axis + 50
     body.append('<g class="legend">')
-    for life in lives[:30]:
+    for life, _ in order[:30]:
         colour = STATUS.get(life.report.status, "#9d9d9d")
-        body.append(f'<rect x="{left}" y="{y - 11}" width="12" height="12" fill="{colour}"/>')
-        line = f"#{life.index} {life.started or 'no time'} · lines {life.lines[0]}-{life.lines[1]} · {life.report.status}: {life.outcome}"
-        line += " (shown)" if life.index == report.shown else ""
-        body.append(_text(left + 18, y, line if len(line) <= 96 else line[:95] + "…"))
-        y += 20
+        body.append(f'<rect x="{left}" y="{y - 12}" width="12" height="12" fill="{colour}"/>')
+        shown = " (shown)" if life.index == report.shown else ""
+        body.append(
+            _text(left + 18, y, _cut(f"#{life.index} {life.started or 'no time'} · {_where(life, report)}{shown}"))
+        )
+        body.append(_text(left + 18, y + 22, _cut(f"{life.report.status}: {life.outcome}")))
+        y += 50
     if len(lives) > 30:
         body.append(_text(left + 18, y, f"and {len(lives) - 30} more starts"))
-        y += 20
+        y += 24
     body.append("</g>")
-    return _svg(y, f"{len(lives)} server starts in this input", body)
+    return _svg(y - 16, f"{len(lives)} server starts in this input", body)
+
+
+_GAP = 3.0
+
+
+def _lanes(report: Report) -> tuple[list[tuple[Life, float]], tuple[str, str, bool]]:
+    """The starts in the order drawn, each with its extent, and the axis's ends (and whether the
+    inputs are drawn apart): by the log's clock when every start has its times, so inputs given out
+    of order still read in time; else by input, then line (each file's lines count from 1)."""
+    lives = report.lifetimes
+    secs = [(_seconds(life.started), _seconds(life.ended)) for life in lives]
+    timed = [(life, a, b) for life, (a, b) in zip(lives, secs, strict=True) if a is not None and b is not None]
+    if len(timed) == len(lives):
+        timed.sort(key=lambda t: (t[1], t[0].index))
+        first, last = timed[0][0], max(timed, key=lambda t: t[2])[0]
+        return [(life, float(b - a)) for life, a, b in timed], (str(first.started), str(last.ended), False)
+    top: dict[int, int] = {}  # the last line drawn of each input
+    for life in lives:
+        for src, line in zip(life.sources, life.lines, strict=True):
+            top[src] = max(top.get(src, 0), line)
+    offset, at = {}, 0
+    for src in sorted(top):
+        offset[src], at = at, at + top[src]
+    order = sorted(lives, key=lambda life: (life.sources[0], life.lines[0]))
+
+    def extent(life: Life) -> float:
+        return float(offset[life.sources[1]] + life.lines[1] - offset[life.sources[0]] - life.lines[0])
+
+    out = [(life, extent(life)) for life in order]
+    several = len(top) > 1
+    first, last = order[0], max(order, key=lambda life: (life.sources[1], life.lines[1]))
+    ends = (_at(report, first.sources[0], first.lines[0]), _at(report, last.sources[1], last.lines[1]))
+    return out, (*ends, several)
+
+
+def _at(report: Report, source: int, line: int) -> str:
+    return f"{_name(report, source)} line {line}" if len(report.paths) > 1 else f"line {line}"
+
+
+def _name(report: Report, source: int) -> str:
+    return report.paths[source].rsplit("/", 1)[-1] if source < len(report.paths) else "?"
+
+
+def _where(life: Life, report: Report) -> str:
+    """A start's lines, and of which input when there are several."""
+    (s0, s1), (l0, l1) = life.sources, life.lines
+    if len(report.paths) < 2:
+        return f"lines {l0}-{l1}"
+    if s0 == s1:
+        return f"{_name(report, s0)} lines {l0}-{l1}"
+    return f"{_name(report, s0)} line {l0} to {_name(report, s1)} line {l1}"
+
+
+def _cut(text: str, most: int = 62) -> str:
+    """A legend line short enough for the picture at a phone's font size."""
+    return text if len(text) <= most else text[: most - 1] + "…"
