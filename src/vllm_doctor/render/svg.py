@@ -26,11 +26,17 @@ LINES = (
 )
 
 
+# At a phone's width the 720-unit picture is drawn at about half size: its text gets 20 units
+# (about 9.5 CSS px at 390 px) there; every layout below leaves room for it. The query is the
+# page's width inline, the picture's own width as a file beside report.md.
+_STYLE = "<style>@media (max-width: 520px) { svg text { font-size: 20px } }</style>"
+
+
 def _svg(height: float, title: str, body: list[str]) -> str:
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height:.0f}" width="100%" role="img" '
         f'font-family="system-ui, sans-serif" font-size="13" aria-label={quoteattr(title)}>'
-        f"<title>{escape(title)}</title>" + "".join(body) + "</svg>\n"
+        f"<title>{escape(title)}</title>{_STYLE}" + "".join(body) + "</svg>\n"
     )
 
 
@@ -73,34 +79,32 @@ def _bar(bar: Bar, y: float, body: list[str]) -> float:
     body.append("</g>")
     axis = top + 36
     body.append(f'<g class="axis"><line x1="{left}" y1="{axis}" x2="{left + width}" y2="{axis}" stroke="#555"/>')
-    end = "" if bar.sum_only else _text(left + width, axis + 15, f"{fmt(bar.total)} {bar.unit}", anchor="end")
-    body.append(_text(left, axis + 15, f"0 {bar.unit}") + end)
+    end = "" if bar.sum_only else _text(left + width, axis + 20, f"{fmt(bar.total)} {bar.unit}", anchor="end")
+    body.append(_text(left, axis + 20, f"0 {bar.unit}") + end)
     body.append("</g>")
-    if bar.mark:
-        mx = left + bar.mark[1] / bar.total * width
+    ly = axis + 20
+    if bar.mark:  # its label a row of its own: at a phone's font size it would run into the total's
+        mx, ly = left + bar.mark[1] / bar.total * width, ly + 24
         body.append(
             f'<g class="mark"><line x1="{mx:.1f}" y1="{top - 4:.1f}" x2="{mx:.1f}" y2="{top + 34:.1f}" '
-            f'stroke="#222" stroke-dasharray="4 3"/>{_text(mx, axis + 15, bar.mark[0], anchor=_anchor(mx))}</g>'
+            f'stroke="#222" stroke-dasharray="4 3"/>{_text(mx, ly, bar.mark[0], anchor=_anchor(mx))}</g>'
         )
-    ly = axis + 36
-    body.append('<g class="legend">')
+    ly += 32
+    body.append('<g class="legend">')  # one column: two do not fit a phone's font size
     seen: set[tuple[str, str]] = set()
-    col = 0
     for seg in bar.segments:
         if (seg.key, seg.label) in seen:
             continue
         seen.add((seg.key, seg.label))
         count = sum(1 for s in bar.segments if (s.key, s.label) == (seg.key, seg.label))
-        lx = left + (col % 2) * (width / 2)
         body.append(
-            f'<rect x="{lx:.1f}" y="{ly - 11:.1f}" width="12" height="12" fill="{FILL[seg.key]}" stroke="#999"/>'
+            f'<rect x="{left:.1f}" y="{ly - 11:.1f}" width="12" height="12" fill="{FILL[seg.key]}" stroke="#999"/>'
         )
         label = f"{f'{count} x ' if count > 1 else ''}{seg.label}: {fmt(seg.value)} {bar.unit}"
-        body.append(_text(lx + 18, ly, label))
-        col += 1
-        ly += 20 if col % 2 == 0 else 0
+        body.append(_text(left + 18, ly, _cut(label)))
+        ly += 24
     body.append("</g>")
-    return ly + (20 if col % 2 else 0)
+    return ly
 
 
 def queue(report: Report) -> str | None:
@@ -109,7 +113,7 @@ def queue(report: Report) -> str | None:
     pts = [p for p in report.series if p.get("waiting") is not None or p.get("kv_usage_pct") is not None]
     if len(pts) < 2:
         return None
-    left, right, top, bottom, height = 60.0, WIDTH - 60.0, 40.0, 230.0, 290
+    left, right, top, bottom, height = 60.0, WIDTH - 66.0, 64.0, 254.0, 316
     xs = _xs(pts)
     x0, x1 = min(xs), max(xs)
     span = x1 - x0 or 1
@@ -140,11 +144,12 @@ def queue(report: Report) -> str | None:
                 f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.5" fill="{colour}"><title>{escape(tip)}</title></circle>'
             )
         body.append("</g>")
-    for x, label in _markers(report, pts, xs, unit):
+    for i, (x, label) in enumerate(_markers(report, pts, xs, unit)):  # a row each: they may be close
+        anchor = "end" if px(x) > WIDTH / 2 else "start"
         body.append(
             f'<g class="failure-marker"><line x1="{px(x):.1f}" y1="{top - 6}" x2="{px(x):.1f}" y2="{bottom}" '
             f'stroke="#b00" stroke-width="2" stroke-dasharray="6 3"/>'
-            f"{_text(min(px(x), right), top - 10, label, anchor='end' if px(x) > WIDTH / 2 else 'start', fill='#b00')}</g>"
+            f"{_text(min(px(x), right), top - 34 + 24 * i, label, anchor=anchor, fill='#b00')}</g>"
         )
     body.append(_line_legend(bottom + 50))
     return _svg(height, "Queue over time: running, waiting, KV cache usage", body)
@@ -172,7 +177,7 @@ def _axes(pts: list[dict], left: float, right: float, top: float, bottom: float,
     first, last = pts[0], pts[-1]
     at = [(p.get("time") or "")[6:] or f"{unit} {p['line']}" for p in (first, last)]
     out = [f'<g class="axis axis-x"><line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#555"/>']
-    out += [_text(left, bottom + 18, at[0]), _text(right, bottom + 18, at[1], anchor="end"), "</g>"]
+    out += [_text(left, bottom + 22, at[0]), _text(right, bottom + 22, at[1], anchor="end"), "</g>"]
     out.append(f'<g class="axis axis-y"><line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#555"/>')
     out += [_text(left - 6, bottom, "0", anchor="end"), _text(left - 6, top + 4, str(wmax), anchor="end")]
     out.append("</g>")
