@@ -16,6 +16,7 @@ from vllm_doctor.matching.expr import fmt
 from vllm_doctor.render.bars import Bar, all_bars, is_queue
 
 WIDTH = 720
+_GAP = 3.0  # between two starts on the restart timeline
 FILL = {"weights": "#4c78a8", "activation": "#b279a2", "non_torch": "#eeca3b", "cudagraph": "#72b7b2"}
 FILL |= {"kv": "#54a24b", "other": "#9d9d9d", "unlisted": "#c7c7c7", "missing": "#e45756", "free": "#e8e8e8"}
 STATUS = {"failed": "#e45756", "degraded": "#f58518", "healthy": "#54a24b", "unknown": "#9d9d9d"}
@@ -225,7 +226,7 @@ def restarts(report: Report) -> str | None:
     if len(lives) < 2:
         return None
     left, right, lane = 10.0, WIDTH - 10.0, 30.0
-    order, ends = _lanes(report)
+    order, (start, end, apart) = _lanes(report)
     total = sum(extent for _, extent in order)
     room = right - left - _GAP * (len(order) - 1)
     body = ['<g class="lifetimes">']
@@ -234,7 +235,7 @@ def restarts(report: Report) -> str | None:
         # half the room shared alike, half by extent: a start of a few lines stays visible, none overlaps
         w = room * (0.5 / len(order) + (0.5 * extent / total if total else 0.5 / len(order)))
         b = a + w
-        if previous is not None and previous.sources[1] != life.sources[0] and ends[2]:
+        if previous is not None and previous.sources[1] != life.sources[0] and apart:
             body.append(f'<line class="input-edge" x1="{a - _GAP / 2:.1f}" y1="{lane - 8}" x2="{a - _GAP / 2:.1f}" '
                         f'y2="{lane + 36}" stroke="#555" stroke-dasharray="2 2"/>')  # fmt: skip
         edge = ' stroke="#000" stroke-width="2"' if life.index == report.shown else ' stroke="#fff"'
@@ -253,7 +254,7 @@ def restarts(report: Report) -> str | None:
     body.append("</g>")
     axis = lane + 40
     body.append(f'<g class="axis"><line x1="{left}" y1="{axis}" x2="{right}" y2="{axis}" stroke="#555"/>')
-    body.append(_text(left, axis + 20, ends[0]) + _text(right, axis + 20, ends[1], anchor="end") + "</g>")
+    body.append(_text(left, axis + 20, start) + _text(right, axis + 20, end, anchor="end") + "</g>")
     y = axis + 50
     body.append('<g class="legend">')
     for life, _ in order[:30]:
@@ -272,9 +273,6 @@ def restarts(report: Report) -> str | None:
     return _svg(y - 16, f"{len(lives)} server starts in this input", body)
 
 
-_GAP = 3.0
-
-
 def _lanes(report: Report) -> tuple[list[tuple[Life, float]], tuple[str, str, bool]]:
     """The starts in the order drawn, each with its extent, and the axis's ends (and whether the
     inputs are drawn apart): by the log's clock when every start has its times, so inputs given out
@@ -285,7 +283,8 @@ def _lanes(report: Report) -> tuple[list[tuple[Life, float]], tuple[str, str, bo
     if len(timed) == len(lives):
         timed.sort(key=lambda t: (t[1], t[0].index))
         first, last = timed[0][0], max(timed, key=lambda t: t[2])[0]
-        return [(life, float(b - a)) for life, a, b in timed], (str(first.started), str(last.ended), False)
+        lanes = [(life, float(max(0, b - a))) for life, a, b in timed]  # no year: a start over new year is 0 long
+        return lanes, (str(first.started), str(last.ended), False)
     top: dict[int, int] = {}  # the last line drawn of each input
     for life in lives:
         for src, line in zip(life.sources, life.lines, strict=True):
