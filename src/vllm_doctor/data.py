@@ -192,3 +192,4 @@ class Life:
     lines: tuple[int, int]  # first and last line of it that said something
     server: str | None  # "pid 15836", "vllm-1", "pod/vllm-0/vllm pid 1"
     report: Report
+    sources: tuple[int, int] = (0, 0)  # the inputs (indexes into paths) of the first and last line

@@ -78,12 +78,20 @@ def emit(
     except BrokenPipeError:
         quiet_closed_stdout()
         return
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise DoctorError(f"{path}: cannot write ({e.strerror or e})") from None
+    pictures: list[tuple[Path, str]] = []
+    if fmt == "markdown" and isinstance(doc, Report):  # the SVGs beside it, linked from it
+        from vllm_doctor.render.html import beside
+
+        text, pictures = beside(doc, path, text, redact)
+    for target, content in [*pictures, (path, text)]:
+        try:
+            target.write_text(content, encoding="utf-8")
+        except OSError as e:
+            raise DoctorError(f"{target}: cannot write ({e.strerror or e})") from None
     if done is None:
         from vllm_doctor.render.summary import headline
 
         done = f"{headline(doc)}; report"
     print(f"vllm-doctor: {done} written to {path}", file=sys.stderr)
+    if pictures:
+        print(f"vllm-doctor: pictures written to {', '.join(str(p) for p, _ in pictures)}", file=sys.stderr)

@@ -73,6 +73,7 @@ def _life(rules: list[Rule], life: Lifetime, options: Options, memo: dict, commo
         lines=((life.first or (0, 0))[1], (life.last or (0, 0))[1]),
         server=server or None,
         report=report,
+        sources=((life.first or (0, 0))[0], (life.last or (0, 0))[0]),
     )
 
 

@@ -3,7 +3,8 @@ installed by scripts/ci-deps.sh) opens each report at a laptop and a phone width
 the DevTools protocol on a pipe (--remote-debugging-pipe: JSON messages ended by NUL on fds 3
 and 4, no websocket, no library). Each page must load with no console error (a blocked request
 is one: the page's policy is default-src 'none'), nothing may stick out past the right edge, and
-the charts' parts (axes, legends, the failure marker) must be on screen. The screenshots are kept
+the charts' parts (axes, legends, the failure marker) must be on screen, their text at least 9
+CSS px high (at 390 px too), inside the chart and clear of each other. The screenshots are kept
 under the test's basetemp, in pictures/, for a person to look at.
 
 Fails under CI=true when chromium is missing; skips elsewhere.
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAB
+from conftest import FIXTURES, LAB
 from vllm_doctor.knowledge.checks import Options
 from vllm_doctor.pipeline import explain
 from vllm_doctor.render.html import render
@@ -38,7 +39,19 @@ CHECK = """(() => {
     axes: visible('svg .axis'), legends: visible('svg .legend'), markers: visible('svg .failure-marker'),
     segments: visible('svg .segment'), series: visible('svg .series'), lives: visible('svg .life'),
     scripts: document.scripts.length, resources: performance.getEntriesByType('resource').length,
-    text: document.querySelector('#report pre').textContent.length};
+    text: document.querySelector('#report pre').textContent.length, charts: charts()};
+  // each chart's text as drawn: the smallest box's height, boxes outside the chart, pairs that overlap
+  function charts() {
+    return [...document.querySelectorAll('svg')].map(svg => {
+      const b = svg.getBoundingClientRect();
+      const boxes = [...svg.querySelectorAll('text')].map(t => t.getBoundingClientRect()).filter(r => r.width > 0);
+      const apart = (p, q) => p.right <= q.left + 1 || q.right <= p.left + 1 || p.bottom <= q.top + 1 || q.bottom <= p.top + 1;
+      return {name: svg.getAttribute('aria-label').slice(0, 40), texts: boxes.length,
+        smallest: Math.min(...boxes.map(r => r.height)),
+        outside: boxes.filter(r => r.left < b.left - 1 || r.right > b.right + 1).length,
+        overlaps: boxes.flatMap((p, i) => boxes.slice(i + 1).filter(q => !apart(p, q))).length};
+    });
+  }
 })()"""
 
 
@@ -167,6 +180,13 @@ CASES = {
     "cache-oom": dict(lives=0, segments=2, series=0, markers=0),
     "queue-saturation": dict(lives=0, segments=2, series=3, markers=1),
     "restarts": dict(lives=3, segments=2, series=3, markers=3),
+    # the profile's bar and the error's: a mark with its label, legends of five and three rows
+    "v0-profile": dict(lives=0, segments=5, series=0, markers=0),
+    "weights-oom": dict(lives=0, segments=3, series=0, markers=0),
+}
+FIXTURE_LOGS = {
+    "v0-profile": FIXTURES / "logs/kv-capacity/0.6.6_v0-memory-profiling-takes-three-lines.log",
+    "weights-oom": FIXTURES / "logs/weights-oom/0.10.1_v1-oom-in-load-model-tp1.log",
 }
 
 
@@ -182,6 +202,7 @@ def test_the_report_looks_right_in_chromium_at_laptop_and_phone_width(case, brow
     shots = tmp_path_factory.getbasetemp() / "pictures"
     shots.mkdir(exist_ok=True)
     log = _restarts(tmp_path_factory.mktemp("logs")) if case == "restarts" else LAB / f"{case}.log"
+    log = FIXTURE_LOGS.get(case, log)
     page = shots / f"{case}.html"
     page.write_text(render(explain([str(log)], options=Options())), encoding="utf-8")
     want = CASES[case]
@@ -197,3 +218,7 @@ def test_the_report_looks_right_in_chromium_at_laptop_and_phone_width(case, brow
         assert seen["lives"] == want["lives"] and seen["series"] == want["series"], (case, name, seen)
         assert seen["segments"] >= want["segments"] and seen["markers"] >= want["markers"], (case, name, seen)
         assert shot.stat().st_size > 10_000  # a page, not a blank
+        assert len(seen["charts"]) == charts and all(c["texts"] > 0 for c in seen["charts"]), (case, name, seen)
+        for chart in seen["charts"]:  # readable at both widths: big enough, inside, none on another
+            assert chart["smallest"] >= 9, f"{case} at {width}px: text {chart['smallest']:.1f} px high in {chart}"
+            assert chart["outside"] == 0 and chart["overlaps"] == 0, (case, name, chart)

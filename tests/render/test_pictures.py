@@ -210,7 +210,9 @@ def test_the_restart_timeline_shows_every_start_and_where_each_died(tmp_path):
     report = report_of(restarts(tmp_path))
     root = ET.fromstring(svg.restarts(report) or "")
     lives = [e for e in root.iter(f"{SVG}rect") if "life" in (e.get("class") or "").split()]
-    assert [e.get("class") for e in lives] == ["life status-failed", "life status-failed", "life status-degraded"]
+    by_time = sorted(report.lifetimes, key=lambda life: life.started or "")  # the port-in-use start is the latest
+    assert [e.get("class") for e in lives] == [f"life status-{life.report.status}" for life in by_time]
+    assert [life.index for life in by_time] == [2, 3, 1]
     fatal = sum(1 for life in report.lifetimes if life.end == "fatal")
     assert classes(root).count("failure-marker") == fatal == 2
     legend = "".join(next(e for e in root.iter(f"{SVG}g") if e.get("class") == "legend").itertext())
@@ -260,3 +262,98 @@ def test_a_negative_kv_cache_is_not_drawn_as_a_negative_bar(tmp_path):
     picture = svg.memory(report) or ""
     ET.fromstring(picture)
     assert not re.search(r'width="-', picture)
+
+
+@pytest.mark.parametrize("name", ["queue-saturation.log", "cache-oom.log"])
+def test_the_json_holds_the_samples_drawn_each_as_vllm_printed_it(name):
+    import json
+
+    from vllm_doctor.render.json import render as to_json
+
+    report = report_of(LAB / name)
+    series = json.loads(to_json(report))["facts"]["stats"]["series"]
+    assert len(series) == len(report.series) == report.facts["stats"]["samples"]
+    lines = (LAB / name).read_bytes().decode().split("\n")  # vLLM's line numbers: LF only
+    for p in series:
+        text = lines[p["line"] - 1]
+        assert p["source"] == 0 and p["time"] in text
+        assert f"Running: {p['running']} reqs, Waiting: {p['waiting']} reqs" in text
+        assert f"KV cache usage: {p['kv_usage_pct']}%" in text
+    assert [p["waiting"] for p in series] == [p["waiting"] for p in report.series]
+
+
+def test_explain_writes_the_pictures_beside_a_markdown_file_and_links_them(tmp_path):
+    log = restarts(tmp_path)
+    out = tmp_path / "out" / "incident.md"
+    out.parent.mkdir()
+    r = CliRunner().invoke(app, ["explain", str(log), "--no-gpu", "--format", "markdown", "-o", str(out)])
+    assert r.exit_code in (0, 1), r.output
+    names = ["incident.restarts.svg", "incident.memory.svg", "incident.queue.svg"]
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted([*names, "incident.md"])
+    md = out.read_text()
+    stdout = CliRunner().invoke(app, ["explain", str(log), "--no-gpu", "--format", "markdown"])
+    assert "### Pictures" not in stdout.stdout and "pictures written" not in stdout.stderr
+    assert md.startswith(stdout.stdout.rstrip("\n") + "\n\n### Pictures")  # the ticket, then its pictures
+    assert md.endswith("### Pictures\n\n" + "".join(f"![{n.split('.')[1]}]({n})\n" for n in names))
+    assert f"pictures written to {', '.join(str(out.parent / n) for n in names)}" in r.stderr
+    for n in names:
+        assert ET.parse(out.parent / n).getroot().tag == f"{SVG}svg"
+    assert "incident.memory.svg" not in r.stdout
+
+
+def test_a_markdown_file_with_nothing_to_draw_gets_no_pictures(tmp_path):
+    out = tmp_path / "report.md"
+    r = CliRunner().invoke(app, ["explain", str(LAB / "startup-port-in-use.log"), "--no-gpu", "-o", str(out)])
+    assert r.exit_code in (0, 1), r.output
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"] and "### Pictures" not in out.read_text()
+    assert "pictures written" not in r.stderr
+    one = tmp_path / "oom" / "report.md"
+    one.parent.mkdir()
+    CliRunner().invoke(app, ["explain", str(LAB / "cache-oom.log"), "--no-gpu", "-o", str(one)])
+    assert sorted(p.name for p in one.parent.iterdir()) == ["report.md", "report.memory.svg"]
+
+
+def lanes(picture: str) -> list[tuple[float, float]]:
+    """The restart timeline's starts as drawn, left to right: (x, x + width)."""
+    rects = [e for e in ET.fromstring(picture).iter(f"{SVG}rect") if "life" in (e.get("class") or "").split()]
+    return [(float(e.get("x") or 0), float(e.get("x") or 0) + float(e.get("width") or 0)) for e in rects]
+
+
+def untimed(tmp_path: Path, name: str) -> Path:
+    """A lab recording with vLLM's times taken out of its lines: the timeline can only go by lines."""
+    out = tmp_path / name
+    out.write_bytes(re.sub(rb"(INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d", rb"\1", (LAB / name).read_bytes()))
+    return out
+
+
+def test_starts_from_two_files_are_laid_out_one_after_the_other(tmp_path):
+    """`explain a.log b.log`, cat-style: each file's lines count from 1, so laid out by line alone
+    the second file's start would sit on the first's."""
+    timed = report_of(LAB / "cache-oom.log", LAB / "queue-saturation.log")
+    assert [(life.sources, life.lines[0]) for life in timed.lifetimes] == [((0, 0), 4), ((1, 1), 4)]
+    plain = report_of(untimed(tmp_path, "cache-oom.log"), untimed(tmp_path, "queue-saturation.log"))
+    assert [life.started for life in plain.lifetimes] == [None, None]
+    for report in (timed, plain):
+        picture = svg.restarts(report) or ""
+        spans = lanes(picture)
+        assert len(spans) == 2 and all(a < b for a, b in spans)
+        assert spans[0][0] == 10 and abs(spans[-1][1] - (svg.WIDTH - 10)) < 0.2  # the whole lane
+        assert all(b0 < a1 for (_, b0), (a1, _) in zip(spans, spans[1:], strict=False)), spans  # strictly left to right
+        assert "#1 " in picture and "cache-oom.log lines 4-" in picture
+    axis = "".join(
+        next(e for e in ET.fromstring(svg.restarts(plain) or "").iter(f"{SVG}g") if e.get("class") == "axis").itertext()
+    )
+    assert axis.startswith("cache-oom.log line 4") and "queue-saturation.log line " in axis
+    assert 'class="input-edge"' in (svg.restarts(plain) or "") and 'class="input-edge"' not in (
+        svg.restarts(timed) or ""
+    )
+
+
+def test_starts_go_by_the_clock_when_every_one_has_its_times():
+    """The port-in-use recording is the latest (02:11): given first, it is still drawn last."""
+    report = report_of(LAB / "startup-port-in-use.log", LAB / "cache-oom.log", LAB / "queue-saturation.log")
+    legend = next(e for e in ET.fromstring(svg.restarts(report) or "").iter(f"{SVG}g") if e.get("class") == "legend")
+    rows = [t.text or "" for t in legend.iter(f"{SVG}text") if (t.text or "").startswith("#")]
+    assert [row.split()[0] for row in rows] == ["#2", "#3", "#1"]
+    spans = lanes(svg.restarts(report) or "")
+    assert all(b0 < a1 for (_, b0), (a1, _) in zip(spans, spans[1:], strict=False))

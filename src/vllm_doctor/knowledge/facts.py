@@ -310,6 +310,7 @@ class StatsSeries:
             "waiting_max": self.waiting_max,
             "kv_usage_max_pct": self.kv_usage_max_pct,
             "preemptions": self.preemptions,
+            "series": [dict(p) for p in self.points],  # the samples the pictures draw, as vLLM printed them
         }
 
 

@@ -3,7 +3,8 @@ Markdown ticket's text, escaped, in a <pre>. No script, no font, no request: a C
 Policy of default-src 'none' says so to the browser, and the page is the same offline.
 
 Also what serve's incident directory gets beside report.md (attachments): memory.svg, queue.svg
-and report.html, and the Markdown lines that link the SVGs.
+and report.html, and the Markdown lines that link the SVGs; and the pictures `explain -o
+report.md` writes beside its file (beside).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from html import escape
+from pathlib import Path
+from urllib.parse import quote
 
 from vllm_doctor.data import Report
 from vllm_doctor.render import svg
@@ -29,6 +32,7 @@ table{border-collapse:collapse;font-size:13px}td,th{padding:2px 8px;border-botto
 """
 _CSP = "default-src 'none'; style-src 'unsafe-inline'"
 _FILES = (("memory.svg", svg.memory), ("queue.svg", svg.queue))
+_XML = '<?xml version="1.0" encoding="UTF-8"?>\n'
 _CHARTS = (  # the restarts first: they say which start the rest is about
     ("restarts", "Restarts", svg.restarts),
     ("memory", "Memory", svg.memory),
@@ -100,7 +104,7 @@ def attachments(
             out.append((name, partial(_fail, e)))
             continue
         if picture is not None:
-            out.append((name, partial(str.__add__, '<?xml version="1.0" encoding="UTF-8"?>\n', picture)))
+            out.append((name, partial(str.__add__, _XML, picture)))
     out.append(("report.html", lambda: page(report, mask(markdown()) if mask else markdown(), mask)))
     return out
 
@@ -116,3 +120,21 @@ def links(report: Report | None) -> list[str]:
 
 def _fail(e: Exception) -> str:
     raise e
+
+
+def beside(report: Report, path: Path, markdown: str, redact: bool = True) -> tuple[str, list[tuple[Path, str]]]:
+    """`explain -o report.md`: the Markdown with a Pictures section that links the SVGs, and those
+    files (path, text), each drawn only when there is something to draw. Named after the report
+    (report.memory.svg, report.queue.svg, report.restarts.svg), so two reports in one directory
+    keep their own; masked as the Markdown is."""
+    from vllm_doctor.render.redact import redact as masked
+
+    files = []
+    for key, _, draw in _CHARTS:
+        picture = draw(report)
+        if picture is not None:
+            files.append((path.with_name(f"{path.stem}.{key}.svg"), _XML + (masked(picture) if redact else picture)))
+    if not files:
+        return markdown, []
+    lines = ["### Pictures", "", *(f"![{p.name.split('.')[-2]}]({quote(p.name)})" for p, _ in files), ""]
+    return markdown.rstrip("\n") + "\n\n" + "\n".join(lines), files

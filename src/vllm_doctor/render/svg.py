@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
-from vllm_doctor.data import Report
+from vllm_doctor.data import Life, Report
 from vllm_doctor.matching.expr import fmt
 from vllm_doctor.render.bars import Bar, all_bars, is_queue
 
 WIDTH = 720
+_GAP = 3.0  # between two starts on the restart timeline
 FILL = {"weights": "#4c78a8", "activation": "#b279a2", "non_torch": "#eeca3b", "cudagraph": "#72b7b2"}
 FILL |= {"kv": "#54a24b", "other": "#9d9d9d", "unlisted": "#c7c7c7", "missing": "#e45756", "free": "#e8e8e8"}
 STATUS = {"failed": "#e45756", "degraded": "#f58518", "healthy": "#54a24b", "unknown": "#9d9d9d"}
@@ -26,11 +27,17 @@ LINES = (
 )
 
 
+# At a phone's width the 720-unit picture is drawn at about half size: its text gets 20 units
+# (about 9.5 CSS px at 390 px) there; every layout below leaves room for it. The query is the
+# page's width inline, the picture's own width as a file beside report.md.
+_STYLE = "<style>@media (max-width: 520px) { svg text { font-size: 20px } }</style>"
+
+
 def _svg(height: float, title: str, body: list[str]) -> str:
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height:.0f}" width="100%" role="img" '
         f'font-family="system-ui, sans-serif" font-size="13" aria-label={quoteattr(title)}>'
-        f"<title>{escape(title)}</title>" + "".join(body) + "</svg>\n"
+        f"<title>{escape(title)}</title>{_STYLE}" + "".join(body) + "</svg>\n"
     )
 
 
@@ -73,34 +80,32 @@ def _bar(bar: Bar, y: float, body: list[str]) -> float:
     body.append("</g>")
     axis = top + 36
     body.append(f'<g class="axis"><line x1="{left}" y1="{axis}" x2="{left + width}" y2="{axis}" stroke="#555"/>')
-    end = "" if bar.sum_only else _text(left + width, axis + 15, f"{fmt(bar.total)} {bar.unit}", anchor="end")
-    body.append(_text(left, axis + 15, f"0 {bar.unit}") + end)
+    end = "" if bar.sum_only else _text(left + width, axis + 20, f"{fmt(bar.total)} {bar.unit}", anchor="end")
+    body.append(_text(left, axis + 20, f"0 {bar.unit}") + end)
     body.append("</g>")
-    if bar.mark:
-        mx = left + bar.mark[1] / bar.total * width
+    ly = axis + 20
+    if bar.mark:  # its label a row of its own: at a phone's font size it would run into the total's
+        mx, ly = left + bar.mark[1] / bar.total * width, ly + 24
         body.append(
             f'<g class="mark"><line x1="{mx:.1f}" y1="{top - 4:.1f}" x2="{mx:.1f}" y2="{top + 34:.1f}" '
-            f'stroke="#222" stroke-dasharray="4 3"/>{_text(mx, axis + 15, bar.mark[0], anchor=_anchor(mx))}</g>'
+            f'stroke="#222" stroke-dasharray="4 3"/>{_text(mx, ly, bar.mark[0], anchor=_anchor(mx))}</g>'
         )
-    ly = axis + 36
-    body.append('<g class="legend">')
+    ly += 32
+    body.append('<g class="legend">')  # one column: two do not fit a phone's font size
     seen: set[tuple[str, str]] = set()
-    col = 0
     for seg in bar.segments:
         if (seg.key, seg.label) in seen:
             continue
         seen.add((seg.key, seg.label))
         count = sum(1 for s in bar.segments if (s.key, s.label) == (seg.key, seg.label))
-        lx = left + (col % 2) * (width / 2)
         body.append(
-            f'<rect x="{lx:.1f}" y="{ly - 11:.1f}" width="12" height="12" fill="{FILL[seg.key]}" stroke="#999"/>'
+            f'<rect x="{left:.1f}" y="{ly - 11:.1f}" width="12" height="12" fill="{FILL[seg.key]}" stroke="#999"/>'
         )
         label = f"{f'{count} x ' if count > 1 else ''}{seg.label}: {fmt(seg.value)} {bar.unit}"
-        body.append(_text(lx + 18, ly, label))
-        col += 1
-        ly += 20 if col % 2 == 0 else 0
+        body.append(_text(left + 18, ly, _cut(label)))
+        ly += 24
     body.append("</g>")
-    return ly + (20 if col % 2 else 0)
+    return ly
 
 
 def queue(report: Report) -> str | None:
@@ -109,7 +114,7 @@ def queue(report: Report) -> str | None:
     pts = [p for p in report.series if p.get("waiting") is not None or p.get("kv_usage_pct") is not None]
     if len(pts) < 2:
         return None
-    left, right, top, bottom, height = 60.0, WIDTH - 60.0, 40.0, 230.0, 290
+    left, right, top, bottom, height = 60.0, WIDTH - 66.0, 64.0, 254.0, 316
     xs = _xs(pts)
     x0, x1 = min(xs), max(xs)
     span = x1 - x0 or 1
@@ -140,11 +145,12 @@ def queue(report: Report) -> str | None:
                 f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.5" fill="{colour}"><title>{escape(tip)}</title></circle>'
             )
         body.append("</g>")
-    for x, label in _markers(report, pts, xs, unit):
+    for i, (x, label) in enumerate(_markers(report, pts, xs, unit)):  # a row each: they may be close
+        anchor = "end" if px(x) > WIDTH / 2 else "start"
         body.append(
             f'<g class="failure-marker"><line x1="{px(x):.1f}" y1="{top - 6}" x2="{px(x):.1f}" y2="{bottom}" '
             f'stroke="#b00" stroke-width="2" stroke-dasharray="6 3"/>'
-            f"{_text(min(px(x), right), top - 10, label, anchor='end' if px(x) > WIDTH / 2 else 'start', fill='#b00')}</g>"
+            f"{_text(min(px(x), right), top - 34 + 24 * i, label, anchor=anchor, fill='#b00')}</g>"
         )
     body.append(_line_legend(bottom + 50))
     return _svg(height, "Queue over time: running, waiting, KV cache usage", body)
@@ -172,7 +178,7 @@ def _axes(pts: list[dict], left: float, right: float, top: float, bottom: float,
     first, last = pts[0], pts[-1]
     at = [(p.get("time") or "")[6:] or f"{unit} {p['line']}" for p in (first, last)]
     out = [f'<g class="axis axis-x"><line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#555"/>']
-    out += [_text(left, bottom + 18, at[0]), _text(right, bottom + 18, at[1], anchor="end"), "</g>"]
+    out += [_text(left, bottom + 22, at[0]), _text(right, bottom + 22, at[1], anchor="end"), "</g>"]
     out.append(f'<g class="axis axis-y"><line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#555"/>')
     out += [_text(left - 6, bottom, "0", anchor="end"), _text(left - 6, top + 4, str(wmax), anchor="end")]
     out.append("</g>")
@@ -214,48 +220,108 @@ def _line_legend(y: float) -> str:
 
 
 def restarts(report: Report) -> str | None:
-    """The server's starts along the input's lines, coloured by status, a red tick where one died;
+    """The server's starts left to right (_lanes), coloured by status, a red tick where one died;
     listed under the lane with time, lines and outcome. None for a single start."""
     lives = report.lifetimes
     if len(lives) < 2:
         return None
     left, right, lane = 10.0, WIDTH - 10.0, 30.0
-    lo, hi = min(life.lines[0] for life in lives), max(life.lines[1] for life in lives)
-    span = max(1, hi - lo)
-
-    def px(line: int) -> float:
-        return left + (line - lo) / span * (right - left)
-
+    order, (start, end, apart) = _lanes(report)
+    total = sum(extent for _, extent in order)
+    room = right - left - _GAP * (len(order) - 1)
     body = ['<g class="lifetimes">']
-    for life in lives:
-        a, b = px(life.lines[0]), max(px(life.lines[1]), px(life.lines[0]) + 3)
+    a, previous = left, None
+    for life, extent in order:
+        # half the room shared alike, half by extent: a start of a few lines stays visible, none overlaps
+        w = room * (0.5 / len(order) + (0.5 * extent / total if total else 0.5 / len(order)))
+        b = a + w
+        if previous is not None and previous.sources[1] != life.sources[0] and apart:
+            body.append(f'<line class="input-edge" x1="{a - _GAP / 2:.1f}" y1="{lane - 8}" x2="{a - _GAP / 2:.1f}" '
+                        f'y2="{lane + 36}" stroke="#555" stroke-dasharray="2 2"/>')  # fmt: skip
         edge = ' stroke="#000" stroke-width="2"' if life.index == report.shown else ' stroke="#fff"'
         tip = f"#{life.index} {life.started or 'no time'}: {life.report.status}, {life.outcome}"
         body.append(
-            f'<rect class="life status-{life.report.status}" x="{a:.1f}" y="{lane}" width="{b - a:.1f}" height="28" '
+            f'<rect class="life status-{life.report.status}" x="{a:.1f}" y="{lane}" width="{w:.1f}" height="28" '
             f'fill="{STATUS.get(life.report.status, "#9d9d9d")}"{edge}><title>{escape(tip)}</title></rect>'
         )
-        if b - a > 24:
-            body.append(_text(a + 4, lane + 19, f"#{life.index}", fill="#fff"))
+        if w > 36:
+            body.append(_text(a + 4, lane + 20, f"#{life.index}", fill="#fff"))
         if life.end == "fatal":
             body.append(
                 f'<line class="failure-marker" x1="{b:.1f}" y1="{lane - 6}" x2="{b:.1f}" y2="{lane + 34}" stroke="#b00" stroke-width="3"/>'
             )
+        a, previous = b + _GAP, life
     body.append("</g>")
     axis = lane + 40
     body.append(f'<g class="axis"><line x1="{left}" y1="{axis}" x2="{right}" y2="{axis}" stroke="#555"/>')
-    body.append(_text(left, axis + 16, f"line {lo}") + _text(right, axis + 16, f"line {hi}", anchor="end") + "</g>")
-    y = axis + 44
+    body.append(_text(left, axis + 20, start) + _text(right, axis + 20, end, anchor="end") + "</g>")
+    y = axis + 50
     body.append('<g class="legend">')
-    for life in lives[:30]:
+    for life, _ in order[:30]:
         colour = STATUS.get(life.report.status, "#9d9d9d")
-        body.append(f'<rect x="{left}" y="{y - 11}" width="12" height="12" fill="{colour}"/>')
-        line = f"#{life.index} {life.started or 'no time'} · lines {life.lines[0]}-{life.lines[1]} · {life.report.status}: {life.outcome}"
-        line += " (shown)" if life.index == report.shown else ""
-        body.append(_text(left + 18, y, line if len(line) <= 96 else line[:95] + "…"))
-        y += 20
+        body.append(f'<rect x="{left}" y="{y - 12}" width="12" height="12" fill="{colour}"/>')
+        shown = " (shown)" if life.index == report.shown else ""
+        body.append(
+            _text(left + 18, y, _cut(f"#{life.index} {life.started or 'no time'} · {_where(life, report)}{shown}"))
+        )
+        body.append(_text(left + 18, y + 22, _cut(f"{life.report.status}: {life.outcome}")))
+        y += 50
     if len(lives) > 30:
         body.append(_text(left + 18, y, f"and {len(lives) - 30} more starts"))
-        y += 20
+        y += 24
     body.append("</g>")
-    return _svg(y, f"{len(lives)} server starts in this input", body)
+    return _svg(y - 16, f"{len(lives)} server starts in this input", body)
+
+
+def _lanes(report: Report) -> tuple[list[tuple[Life, float]], tuple[str, str, bool]]:
+    """The starts in the order drawn, each with its extent, and the axis's ends (and whether the
+    inputs are drawn apart): by the log's clock when every start has its times, so inputs given out
+    of order still read in time; else by input, then line (each file's lines count from 1)."""
+    lives = report.lifetimes
+    secs = [(_seconds(life.started), _seconds(life.ended)) for life in lives]
+    timed = [(life, a, b) for life, (a, b) in zip(lives, secs, strict=True) if a is not None and b is not None]
+    if len(timed) == len(lives):
+        timed.sort(key=lambda t: (t[1], t[0].index))
+        first, last = timed[0][0], max(timed, key=lambda t: t[2])[0]
+        lanes = [(life, float(max(0, b - a))) for life, a, b in timed]  # no year: a start over new year is 0 long
+        return lanes, (str(first.started), str(last.ended), False)
+    top: dict[int, int] = {}  # the last line drawn of each input
+    for life in lives:
+        for src, line in zip(life.sources, life.lines, strict=True):
+            top[src] = max(top.get(src, 0), line)
+    offset, at = {}, 0
+    for src in sorted(top):
+        offset[src], at = at, at + top[src]
+    order = sorted(lives, key=lambda life: (life.sources[0], life.lines[0]))
+
+    def extent(life: Life) -> float:
+        return float(offset[life.sources[1]] + life.lines[1] - offset[life.sources[0]] - life.lines[0])
+
+    out = [(life, extent(life)) for life in order]
+    several = len(top) > 1
+    first, last = order[0], max(order, key=lambda life: (life.sources[1], life.lines[1]))
+    ends = (_at(report, first.sources[0], first.lines[0]), _at(report, last.sources[1], last.lines[1]))
+    return out, (*ends, several)
+
+
+def _at(report: Report, source: int, line: int) -> str:
+    return f"{_name(report, source)} line {line}" if len(report.paths) > 1 else f"line {line}"
+
+
+def _name(report: Report, source: int) -> str:
+    return report.paths[source].rsplit("/", 1)[-1] if source < len(report.paths) else "?"
+
+
+def _where(life: Life, report: Report) -> str:
+    """A start's lines, and of which input when there are several."""
+    (s0, s1), (l0, l1) = life.sources, life.lines
+    if len(report.paths) < 2:
+        return f"lines {l0}-{l1}"
+    if s0 == s1:
+        return f"{_name(report, s0)} lines {l0}-{l1}"
+    return f"{_name(report, s0)} line {l0} to {_name(report, s1)} line {l1}"
+
+
+def _cut(text: str, most: int = 62) -> str:
+    """A legend line short enough for the picture at a phone's font size."""
+    return text if len(text) <= most else text[: most - 1] + "…"
