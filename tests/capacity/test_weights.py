@@ -213,3 +213,24 @@ def test_explain_sizes_tp_with_the_headers_of_the_cached_model_when_the_log_does
     assert not {"weights_per_gpu_gib", "weights_estimated_gib"} & logged["numbers"].keys()
     tp_why = next(f["why"] for f in logged["fixes"] if f["flag"] == "--tensor-parallel-size")
     assert tp_why.endswith("(57,344 B per token from config.json).")  # no figure of ours beside vLLM's
+
+
+def test_weights_per_gpu_follows_the_logs_dtype_quantization_and_tp(tmp_path):
+    from vllm_doctor.knowledge.contract import CheckInput
+    from vllm_doctor.knowledge.facts import Facts
+    from vllm_doctor.knowledge.sizing import FROM_HEADERS, weights_per_gpu
+
+    write_safetensors(tmp_path / "model.safetensors", dense("F32"))
+    config(tmp_path)
+    shape, _ = modelcfg.load(str(tmp_path))
+
+    def per_gpu(values, tp):
+        return weights_per_gpu(CheckInput(values, Facts(), None), shape, tp)
+
+    linear = LAYERS * (H * H + H * INTER)
+    assert per_gpu({"dtype": "torch.bfloat16", "quantization": "None"}, 2) == (shape.params * 2 / 2, FROM_HEADERS)
+    online = per_gpu({"dtype": "torch.bfloat16", "quantization": "fp8"}, 1)
+    assert online == ((shape.params - linear) * 2 + linear, FROM_HEADERS)  # fp8 online, as loaded_bytes
+    _estimate, why = per_gpu({"dtype": "torch.bfloat16", "quantization": "bitsandbytes"}, 1)
+    assert why.startswith("estimated from the shape: --quantization bitsandbytes")  # not the headers at bf16
+    assert per_gpu({"weights_gib": 3.5}, 4) == (3.5 * 2**30, None)  # vLLM's own figure, as it is

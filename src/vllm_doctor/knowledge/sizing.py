@@ -33,17 +33,18 @@ def weights_per_gpu(inp: CheckInput, shape: ModelShape, tp: int) -> tuple[float,
         dtype = "bfloat16"
     quant = inp.get("quantization")
     online = None if shape.quant_method or str(quant).lower() in ("none", "") else str(quant)
-    if shape.tally is not None:
-        total, _ = weights.loaded_bytes(shape.tally, dtype, online)
+    if shape.tally is not None and (online is None or online.lower().startswith("fp8")):
+        total, _ = weights.loaded_bytes(shape.tally, dtype, online)  # fp8 online: the linear layers at 1 B
         return total / tp, FROM_HEADERS
     if not shape.params:
         return 0.0, None
-    if shape.quant_method:
-        total, _ = weights.estimated_bytes(shape, dtype, None, shape.quant_bits)
+    if shape.quant_method or online:
+        total, _ = weights.estimated_bytes(shape, dtype, online, shape.quant_bits)
     else:
         per_param, _ = cap.weight_bytes_per_param(dtype, shape.quant_bits)
         total = shape.params * per_param
-    return total / tp, "estimated from the shape: no safetensors headers"
+    why = "no safetensors headers" if shape.tally is None else f"--quantization {online} quantises as it loads"
+    return total / tp, f"estimated from the shape: {why}"
 
 
 @check(
