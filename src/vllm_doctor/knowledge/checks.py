@@ -82,6 +82,7 @@ class _ModelFit:
     needed_gib: float | None = None
     fit: int | None = None
     fp8_fits: bool | None = None  # the startup check with a 1-byte KV element, from the config
+    exact_budget: bool = False  # the fit is from --kv-cache-memory-bytes, not from the log's rounded GiB
 
 
 def _from_model(inp: CheckInput) -> _ModelFit:
@@ -104,6 +105,7 @@ def _from_model(inp: CheckInput) -> _ModelFit:
     if available is None:
         return out
     room = km.budget_bytes(float(available))
+    out.exact_budget = room == km.exact_budget
     if km.element_bytes > 1:
         out.fp8_fits = km.fits_with(1.0, room)
     if km.modelled:  # vLLM's search, not capped at the length asked for: a fit above it is a contradiction
@@ -228,10 +230,11 @@ def kv_fit(inp: CheckInput) -> CheckResult:
 
 
 def _disagreement(inp: CheckInput, out: dict[str, Any], fit: Any, model: _ModelFit) -> str | None:
-    """Why a fit at or above the --max-model-len vLLM refused cannot be the longest that fits,
-    naming vLLM's figures; None when the fit is below it (or unknown). vLLM raises only when the
-    bytes needed exceed the bytes available, both printed at 0.01 GiB, so its printed needed is
-    never below its printed available."""
+    """Why no longest length can be stated, naming vLLM's figures; None when the fit stands. vLLM
+    raises only when the bytes needed exceed the bytes available, both printed at 0.01 GiB, so its
+    printed needed is never below its printed available, and when the two print alike a fit from the
+    rounded GiB is within the rounding. A config whose cache for one sequence is not vLLM's, or a fit
+    at or above the length vLLM refused, is not the model vLLM sized."""
     length = inp.get("max_model_len")
     needed, available = inp.get("needed_gib"), inp.get("available_gib", "kv_cache.available_gib")
     printed = needed is not None and available is not None
@@ -242,7 +245,8 @@ def _disagreement(inp: CheckInput, out: dict[str, Any], fit: Any, model: _ModelF
     if fit is None or not length:
         return None
     how = out.get("fit_from")
-    if printed and float(needed) == float(available):  # any fit from the rounded figure is within its rounding
+    rounded = how == "needed vs available memory" or how == "model config" and not model.exact_budget
+    if printed and float(needed) == float(available) and rounded:  # a fit from the rounded GiB is within it
         return (f"vLLM's two figures round to the same {needed} GiB: the cache is less than 0.01 GiB short, too "
                 "little for the printed figures to tell how much shorter the sequence must be")  # fmt: skip
     config_differs = (how == "model config" and model.needed_gib is not None and needed is not None
