@@ -167,5 +167,6 @@ def test_a_config_that_is_not_the_served_model_gives_no_longest_length(run):
     assert "by vLLM's own figures it needs 53.94 GiB of KV cache and 52.87 GiB is available" in top.summary
     assert "gives 123.29 GiB for one sequence where vLLM says 53.94 GiB" in top.summary
     assert [f.value for f in top.fixes if f.flag == "--max-model-len"] == [None]
+    assert "fit_tp_size" not in top.numbers  # nor a TP size from that config
     same = run(log, options=Options(config=str(FIXTURES / "configs" / "qwen2.5-7b" / "config.json"))).diagnoses[0]
     assert same.numbers["fit_max_model_len"] == 989_952 < 1_010_000 and same.confidence == "high"  # the right config

@@ -121,8 +121,8 @@ def _from_model(inp: CheckInput) -> _ModelFit:
             gib = round(weights_bytes / cap.GIB, 2)
             exact = weights_from == FROM_HEADERS
             out.values["weights_per_gpu_gib" if exact else "weights_estimated_gib"] = gib
-            out.values["weights_note"] = f"weights {gib} GiB per GPU {weights_from}" if exact else (
-                f"weights about {gib} GiB per GPU, {weights_from}")  # fmt: skip
+            note = f"{gib} GiB per GPU {weights_from}" if exact else f"about {gib} GiB per GPU, {weights_from}"
+            out.values["weights_note"] = "weights " + note
         sizes = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, _tp_limit(inp, tp))
         fit_tp = cap.smallest_tp_that_fits(shape, km.element_bytes, int(length), km.layout.block_size, room,
                                            weights_bytes, tp, sizes, km.in_flight)  # fmt: skip
@@ -205,6 +205,9 @@ def kv_fit(inp: CheckInput) -> CheckResult:
         out["fit_disagreement"] = disagreement
         if fit is not None:
             out["arithmetic_max_len"] = int(fit)
+        if _config_differs(model, inp.get("needed_gib")):  # nor anything else sized from that config
+            out.pop("fit_tp_size", None)
+            model.fp8_fits = None
     elif fit is not None:
         out["fit_max_model_len"] = int(fit)
     needed, available = inp.get("needed_gib"), inp.get("available_gib", "kv_cache.available_gib")
@@ -249,9 +252,7 @@ def _disagreement(inp: CheckInput, out: dict[str, Any], fit: Any, model: _ModelF
     if printed and float(needed) == float(available) and rounded:  # a fit from the rounded GiB is within it
         return (f"vLLM's two figures round to the same {needed} GiB: the cache is less than 0.01 GiB short, too "
                 "little for the printed figures to tell how much shorter the sequence must be")  # fmt: skip
-    config_differs = (how == "model config" and model.needed_gib is not None and needed is not None
-                      and abs(model.needed_gib - float(needed)) > max(0.01, CONFIG_AGREES * float(needed)))  # fmt: skip
-    if config_differs:
+    if how == "model config" and _config_differs(model, needed):
         return (f"config.json's arithmetic ({out.get('kv_bytes_per_token', 0):,} B per token) gives "
                 f"{model.needed_gib} GiB for one sequence where vLLM says {needed} GiB, and {int(fit)} tokens as "
                 "the longest: check that the config is the model the server ran")  # fmt: skip
@@ -259,6 +260,13 @@ def _disagreement(inp: CheckInput, out: dict[str, Any], fit: Any, model: _ModelF
         return None
     source = "config.json's arithmetic" if how == "model config" else "the arithmetic from vLLM's figures"
     return f"{source} gives {int(fit)} tokens, not below the {length} vLLM refused"
+
+
+def _config_differs(model: _ModelFit, needed: Any) -> bool:
+    """config.json's cache for one max-length sequence is not the one vLLM printed."""
+    if model.needed_gib is None or needed is None:
+        return False
+    return abs(model.needed_gib - float(needed)) > max(0.01, CONFIG_AGREES * float(needed))
 
 
 @check(

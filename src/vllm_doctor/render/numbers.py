@@ -33,7 +33,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "gpu_processes": ("processes on this machine's GPU now", ""),
     "weights_gib": ("model weights", "GiB"),
     "weights_per_gpu_gib": ("model weights per GPU (safetensors headers)", "GiB"),
-    "weights_estimated_gib": ("model weights per GPU, estimated from the shape (no safetensors headers)", "GiB"),
+    "weights_estimated_gib": ("model weights per GPU, estimated from the shape", "GiB"),
     "free_gib": ("memory free", "GiB"),
     "total_gib": ("memory in total", "GiB"),
     "requested_gib": ("memory requested", "GiB"),
@@ -86,7 +86,8 @@ LABELS: dict[str, tuple[str, str]] = {
 _HIDDEN = {
     "survived", "fatal_here", "during_shutdown", "shutdown_completed", "block_size_assumed", "limit_is_budget",
     "limit_is_max_model_len", "multi_gpu", "single_gpu", "failure_found", "can_raise_utilization", "queue_kind",
-    "oom_phase_name", "fit_from", "weights_note", "fit_disagreement", "alloc_unit", "free_unit", "total_unit", "missing", "lower_utilization",
+    "oom_phase_name", "fit_from", "alloc_unit", "free_unit", "total_unit", "missing", "lower_utilization",
+    "weights_note", "fit_disagreement",
 }  # fmt: skip
 _SUFFIX = {"_gib": "GiB", "_mib": "MiB", "_pct": "%", "_bytes": "bytes", "_tokens": "tokens", "_ms": "ms", "_s": "s"}
 
