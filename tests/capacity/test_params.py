@@ -32,6 +32,18 @@ def test_parameter_estimate(name):
     assert estimate_params(shape(name)) == pytest.approx(PUBLISHED[name], rel=0.02)
 
 
+def test_gpt_oss_120b_estimate_against_its_model_card():
+    """OpenAI's gpt-oss-120b model card (Aug 2025, table 1) gives 116.83B parameters in total: MLP
+    114.71B, attention 0.96B, embedding and unembedding 1.16B. The estimate from the shape (116.79B,
+    what `plan` shows as "estimated from the shape") leaves out the biases, and they are exactly the
+    rest: each layer's 128 experts' gate_up (5,760) and down (2,880) biases, the q/k/v/o biases
+    (4,096 + 512 + 512 + 2,880), the 64 attention sinks and the router's 128 biases."""
+    estimate = estimate_params(shape("gpt-oss-120b"))
+    biases = 36 * (128 * (5_760 + 2_880) + (4_096 + 512 + 512 + 2_880) + 64 + 128)
+    assert estimate + biases == 116_829_156_672  # every tensor of the architecture: the card's 116.83B
+    assert round(estimate / 1e9, 2) == 116.79 and estimate == pytest.approx(116.83e9, rel=0.001)
+
+
 def _write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
     header, offset = {}, 0
     for name, (dtype, shape_) in tensors.items():

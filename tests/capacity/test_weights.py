@@ -143,3 +143,94 @@ def test_without_headers_the_estimate_says_so(tmp_path):
     embed = 2 * VOCAB * H
     assert total == pytest.approx((shape.params - embed) * (0.5 + (2 + 0.5) / 128) + embed * 2)
     assert "estimated from the shape" in work
+
+
+# --- explain's cache-oom fit (knowledge/sizing.weights_per_gpu): a log without vLLM's "Model loading
+# --- took" line sizes TP with the headers of the model in the HF cache, else says the weights are estimated
+QWEN_H, QWEN_INTER, QWEN_VOCAB, QWEN_LAYERS, QWEN_KV = 3584, 18944, 152064, 28, 512  # Qwen2.5-7B's tensors
+
+
+def qwen_float32() -> dict[str, tuple[str, list[int]]]:
+    """Qwen2.5-7B's tensors (with the q/k/v biases the shape's estimate leaves out), stored in F32."""
+    h, i = QWEN_H, QWEN_INTER
+    out = {"model.embed_tokens.weight": ("F32", [QWEN_VOCAB, h]), "lm_head.weight": ("F32", [QWEN_VOCAB, h]),
+           "model.norm.weight": ("F32", [h])}  # fmt: skip
+    for n in range(QWEN_LAYERS):
+        p = f"model.layers.{n}."
+        out |= {p + "self_attn.q_proj.weight": ("F32", [h, h]), p + "self_attn.q_proj.bias": ("F32", [h]),
+                p + "self_attn.k_proj.weight": ("F32", [QWEN_KV, h]), p + "self_attn.k_proj.bias": ("F32", [QWEN_KV]),
+                p + "self_attn.v_proj.weight": ("F32", [QWEN_KV, h]), p + "self_attn.v_proj.bias": ("F32", [QWEN_KV]),
+                p + "self_attn.o_proj.weight": ("F32", [h, h]), p + "mlp.gate_proj.weight": ("F32", [i, h]),
+                p + "mlp.up_proj.weight": ("F32", [i, h]), p + "mlp.down_proj.weight": ("F32", [h, i]),
+                p + "input_layernorm.weight": ("F32", [h]), p + "post_attention_layernorm.weight": ("F32", [h])}  # fmt: skip
+    return out
+
+
+def write_sparse_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> int:
+    """A valid safetensors file at full size whose data is a hole (7B of zeros take no disk)."""
+    header, offset = {}, 0
+    for name, (dtype, dims) in tensors.items():
+        n = _n(dims) * SIZE[dtype]
+        header[name] = {"dtype": dtype, "shape": dims, "data_offsets": [offset, offset + n]}
+        offset += n
+    blob = json.dumps(header).encode()
+    with path.open("wb") as fh:
+        fh.write(struct.pack("<Q", len(blob)) + blob)
+        fh.truncate(8 + len(blob) + offset)
+    return offset
+
+
+def _oom_log(tmp: Path, loading_line: bool) -> Path:
+    log = FIXTURES / "logs" / "cache-oom" / "0.8.3_v1-kv-cache-needed-gib.log"
+    lines = [ln for ln in log.read_text().splitlines(keepends=True) if loading_line or "Model loading took" not in ln]
+    out = tmp / f"oom-{loading_line}.log"
+    out.write_text("".join(lines))
+    return out
+
+
+def _top(tmp: Path, env: dict[str, str], loading_line: bool = False) -> dict:
+    r = _doctor("explain", str(_oom_log(tmp, loading_line)), "--no-gpu", "-f", "json", env=env)
+    return json.loads(r.stdout)["diagnoses"][0]
+
+
+def test_explain_sizes_tp_with_the_headers_of_the_cached_model_when_the_log_does_not_say(tmp_path):
+    repo = build_hub_cache(tmp_path / "hub", "Qwen/Qwen2.5-7B-Instruct-1M", CONFIGS / "qwen2.5-7b" / "config.json")
+    env = _env(HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    estimated = _top(tmp_path, env)  # config.json alone: the shape's estimate, said so
+    assert "weights_per_gpu_gib" not in estimated["numbers"]
+    assert estimated["numbers"]["weights_estimated_gib"] == 14.18  # 7.61B params x 2 B
+    tp_why = next(f["why"] for f in estimated["fixes"] if f["flag"] == "--tensor-parallel-size")
+    assert "estimated from the shape: no safetensors headers" in tp_why
+
+    stored = write_sparse_safetensors(next((repo / "snapshots").iterdir()) / "model.safetensors", qwen_float32())
+    exact = _top(tmp_path, env)  # the headers: every tensor cast to the log's dtype=torch.bfloat16
+    assert "weights_estimated_gib" not in exact["numbers"]
+    assert exact["numbers"]["weights_per_gpu_gib"] == round(stored / 2 / 2**30, 2) == 14.19  # the biases counted
+    tp_why = next(f["why"] for f in exact["fixes"] if f["flag"] == "--tensor-parallel-size")
+    assert "weights 14.19 GiB per GPU from the safetensors headers" in tp_why
+
+    logged = _top(tmp_path, env, loading_line=True)  # vLLM's own "Model loading took 14.2512 GiB" first
+    assert not {"weights_per_gpu_gib", "weights_estimated_gib"} & logged["numbers"].keys()
+    tp_why = next(f["why"] for f in logged["fixes"] if f["flag"] == "--tensor-parallel-size")
+    assert tp_why.endswith("(57,344 B per token from config.json).")  # no figure of ours beside vLLM's
+
+
+def test_weights_per_gpu_follows_the_logs_dtype_quantization_and_tp(tmp_path):
+    from vllm_doctor.knowledge.contract import CheckInput
+    from vllm_doctor.knowledge.facts import Facts
+    from vllm_doctor.knowledge.sizing import FROM_HEADERS, weights_per_gpu
+
+    write_safetensors(tmp_path / "model.safetensors", dense("F32"))
+    config(tmp_path)
+    shape, _ = modelcfg.load(str(tmp_path))
+
+    def per_gpu(values, tp):
+        return weights_per_gpu(CheckInput(values, Facts(), None), shape, tp)
+
+    linear = LAYERS * (H * H + H * INTER)
+    assert per_gpu({"dtype": "torch.bfloat16", "quantization": "None"}, 2) == (shape.params * 2 / 2, FROM_HEADERS)
+    online = per_gpu({"dtype": "torch.bfloat16", "quantization": "fp8"}, 1)
+    assert online == ((shape.params - linear) * 2 + linear, FROM_HEADERS)  # fp8 online, as loaded_bytes
+    _estimate, why = per_gpu({"dtype": "torch.bfloat16", "quantization": "bitsandbytes"}, 1)
+    assert why.startswith("estimated from the shape: --quantization bitsandbytes")  # not the headers at bf16
+    assert per_gpu({"weights_gib": 3.5}, 4) == (3.5 * 2**30, None)  # vLLM's own figure, as it is

@@ -187,3 +187,18 @@ def test_declared_names_do_not_shadow_facts_they_do_not_mean():
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_every_check_is_documented(name):
     assert CHECKS[name].doc and CHECKS[name].returns
+
+
+def test_kv_fit_names_vllms_figures_when_they_contradict_its_own_check():
+    """vLLM raises only when needed > available (bytes, both printed at 0.01 GiB): a message with
+    needed below available was edited; no longest length is derived from it."""
+    r = run("kv_fit", {"needed_gib": 53.94, "available_gib": 54.63, "max_model_len": 1010000, "engine": "V1"})
+    assert "fit_max_model_len" not in r.values and "missing_gib" not in r.values
+    assert "53.94 GiB needed and 54.63 GiB available" in r.values["fit_disagreement"]
+    assert r.values["arithmetic_max_len"] >= 1010000 and r.confidence == "medium"
+
+
+def test_kv_fit_below_the_length_states_it_and_trusts_it():
+    r = run("kv_fit", {"needed_gib": 53.94, "available_gib": 52.87, "max_model_len": 1010000, "engine": "V1"})
+    assert r.values["fit_max_model_len"] == 1010000 * 52.87 / 53.94 // 16 * 16 and r.confidence is None
+    assert "fit_disagreement" not in r.values and r.values["missing_gib"] == 1.07

@@ -87,7 +87,7 @@ def test_namespace_dump_rebuilds_nothing():
 def test_the_model_line_names_heads_and_kv_heads_apart(run):
     from vllm_doctor.knowledge.contract import Options
 
-    log = FIXTURES / "logs" / "cache-oom" / "0.8.3_v1-1m-config-fit-above-max-len.log"
+    log = FIXTURES / "logs" / "cache-oom" / "0.8.3_v1-1m-needed-rounds-to-available.log"
     text = render(
         run(log, options=Options(config=str(FIXTURES / "configs" / "qwen2.5-7b" / "config.json"))), "text", verbosity=1
     )

@@ -66,14 +66,19 @@ def test_no_emitted_fix_contradicts_the_numbers(log, run):
     assert not _violations(report)
 
 
-def test_the_1m_model_is_not_told_to_lower_its_length_above_itself(run):
-    """Found by hand: "Lower --max-model-len to 1022912" for a server at 1,010,000."""
-    log = FIXTURES / "logs" / "cache-oom" / "0.8.3_v1-1m-config-fit-above-max-len.log"
-    top = run(log, options=_options(log)).diagnoses[0]
-    assert top.numbers["fit_max_model_len"] > top.numbers["max_model_len"] == 1_010_000  # the contradiction
-    lowers = [f for f in top.fixes if f.flag == "--max-model-len"]
-    assert [f.value for f in lowers] == [None]  # the valueless variant, not 1022896
-    assert any("not below the current --max-model-len 1010000" in why for _a, why in top.dropped)
+def test_the_1m_model_is_not_told_to_lower_its_length_to_itself_or_above(run):
+    """Found by hand: "Lower --max-model-len to 1022912" for a server at 1,010,000. vLLM's figures
+    round to the same 53.94 GiB: the ratio "fits" 1,010,000, with the config 1,009,984 from a rounded
+    budget; neither is stated as the longest length nor offered as a value to lower to."""
+    log = FIXTURES / "logs" / "cache-oom" / "0.8.3_v1-1m-needed-rounds-to-available.log"
+    config = Options(config=str(FIXTURES / "configs" / "qwen2.5-7b" / "config.json"))
+    for options in (None, config):
+        top = run(log, options=options).diagnoses[0]
+        assert top.numbers["max_model_len"] == 1_010_000 and "fit_max_model_len" not in top.numbers
+        assert top.numbers["arithmetic_max_len"] >= 1_009_984  # the arithmetic's figure, kept apart
+        lowers = [f for f in top.fixes if f.flag == "--max-model-len"]
+        assert [f.value for f in lowers] == [None]  # the valueless variant
+        assert top.severity == "blocker" and top.confidence == "medium"
 
 
 def test_every_flag_fix_of_the_built_in_rules_says_what_it_does(rules):
@@ -151,3 +156,17 @@ def test_an_explicit_kv_space_drops_the_utilization_fixes(run):
     assert top.rule == "kv-cache-too-small-for-max-len"
     assert "--gpu-memory-utilization" not in [f.flag for f in top.fixes]
     assert any("set explicitly (kv_cache.explicit_gib)" in why for _a, why in top.dropped)
+
+
+def test_a_config_that_is_not_the_served_model_gives_no_longest_length(run):
+    """Mistral-7B's config for the Qwen 1M log: 123.29 GiB for one sequence where vLLM says 53.94,
+    so the config's 433,088 tokens are not offered; vLLM's two figures are the ones named."""
+    log = FIXTURES / "logs" / "cache-oom" / "0.8.3_v1-kv-cache-needed-gib.log"
+    top = run(log, options=Options(config=str(FIXTURES / "configs" / "mistral-7b-v0.1" / "config.json"))).diagnoses[0]
+    assert "fit_max_model_len" not in top.numbers and top.confidence == "medium" and top.severity == "blocker"
+    assert "by vLLM's own figures it needs 53.94 GiB of KV cache and 52.87 GiB is available" in top.summary
+    assert "gives 123.29 GiB for one sequence where vLLM says 53.94 GiB" in top.summary
+    assert [f.value for f in top.fixes if f.flag == "--max-model-len"] == [None]
+    assert "fit_tp_size" not in top.numbers  # nor a TP size from that config
+    same = run(log, options=Options(config=str(FIXTURES / "configs" / "qwen2.5-7b" / "config.json"))).diagnoses[0]
+    assert same.numbers["fit_max_model_len"] == 989_952 < 1_010_000 and same.confidence == "high"  # the right config

@@ -29,7 +29,7 @@ from vllm_doctor.knowledge.runtime import (
     request_errors,
     ttft_split,
 )
-from vllm_doctor.knowledge.sizing import gpu_sharing, tp_unneeded
+from vllm_doctor.knowledge.sizing import FROM_HEADERS, WEIGHTS_READS, gpu_sharing, tp_unneeded, weights_per_gpu
 from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
 from vllm_doctor.knowledge.traffic import prompt_budget, queue_kind, request_limit
 
@@ -49,6 +49,7 @@ __all__ = [
 DEFAULT_BLOCK_SIZE = 16  # vLLM's block size on CUDA when the log does not say (kvmodel.block_size)
 SAFE_UTILIZATION = 0.95  # above this, a startup failure is traded for a mid-traffic OOM
 RAISE_UTILIZATION_BELOW = 0.90
+CONFIG_AGREES = 0.01  # config.json's cache for one sequence within 1% of vLLM's printed figure
 MAX_TP_LISTED = 8  # tensor-parallel sizes listed when the GPU count is unknown
 
 
@@ -81,6 +82,7 @@ class _ModelFit:
     needed_gib: float | None = None
     fit: int | None = None
     fp8_fits: bool | None = None  # the startup check with a 1-byte KV element, from the config
+    exact_budget: bool = False  # the fit is from --kv-cache-memory-bytes, not from the log's rounded GiB
 
 
 def _from_model(inp: CheckInput) -> _ModelFit:
@@ -103,6 +105,7 @@ def _from_model(inp: CheckInput) -> _ModelFit:
     if available is None:
         return out
     room = km.budget_bytes(float(available))
+    out.exact_budget = room == km.exact_budget
     if km.element_bytes > 1:
         out.fp8_fits = km.fits_with(1.0, room)
     if km.modelled:  # vLLM's search, not capped at the length asked for: a fit above it is a contradiction
@@ -113,17 +116,16 @@ def _from_model(inp: CheckInput) -> _ModelFit:
         bsize = km.layout.block_size
         out.fit = cap.largest_max_model_len(cap.blocks_that_fit(room, bpt, bsize), bsize, is_v1(inp))
     if length:
-        weights = inp.get("memory.weights_gib", "weights_gib")
-        if weights is not None:
-            weights_per_gpu = float(weights) * cap.GIB
-        elif shape.params:
-            per_param, _ = cap.weight_bytes_per_param(inp.get("dtype") or shape.dtype, shape.quant_bits)
-            weights_per_gpu = shape.params * per_param / tp
-        else:
-            weights_per_gpu = 0.0
+        weights_bytes, weights_from = weights_per_gpu(inp, shape, tp)
+        if weights_from:  # not vLLM's own "Model loading took": say where the figure comes from
+            gib = round(weights_bytes / cap.GIB, 2)
+            exact = weights_from == FROM_HEADERS
+            out.values["weights_per_gpu_gib" if exact else "weights_estimated_gib"] = gib
+            note = f"{gib} GiB per GPU {weights_from}" if exact else f"about {gib} GiB per GPU, {weights_from}"
+            out.values["weights_note"] = "weights " + note
         sizes = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, _tp_limit(inp, tp))
         fit_tp = cap.smallest_tp_that_fits(shape, km.element_bytes, int(length), km.layout.block_size, room,
-                                           weights_per_gpu, tp, sizes, km.in_flight)  # fmt: skip
+                                           weights_bytes, tp, sizes, km.in_flight)  # fmt: skip
         if fit_tp:
             out.values["fit_tp_size"] = fit_tp
     return out
@@ -158,14 +160,15 @@ def _gpu_now(inp: CheckInput) -> dict[str, Any]:
 
 
 @check(
-    reads=_BLOCK_READS | _V1_READS | _MODEL_KV_READS | _KV_MODEL_READS
+    reads=_BLOCK_READS | _V1_READS | _MODEL_KV_READS | _KV_MODEL_READS | WEIGHTS_READS
     | {"max_model_len", "available_gib", "kv_cache.available_gib", "memory.weights_gib", "weights_gib",
        "estimated_max_len", "kv_cache.estimated_max_model_len", "kv_tokens", "gpu_blocks", "kv_cache.gpu_blocks",
        "kv_cache.tokens", "needed_gib", "gpu_memory_utilization", "memory.total_gib"},
     returns=_GPU_NOW
     | {"kv_bytes_per_token", "fit_tp_size", "fit_from", "block_size", "block_size_assumed", "fit_max_model_len",
        "needed_gib", "missing_gib", "fp8_kv_fits", "utilization_needed", "utilization_needed_unsafe",
-       "can_raise_utilization", "raised_utilization"},
+       "can_raise_utilization", "raised_utilization", "weights_per_gpu_gib", "weights_estimated_gib", "weights_note",
+       "fit_disagreement", "arithmetic_max_len"},
 )  # fmt: skip
 def kv_fit(inp: CheckInput) -> CheckResult:
     """The largest --max-model-len the cache holds, and whether other levers would reach it."""
@@ -197,7 +200,15 @@ def kv_fit(inp: CheckInput) -> CheckResult:
             out["block_size"] = bsize
             if not known:
                 out["block_size_assumed"] = True
-    if fit is not None:
+    disagreement = _disagreement(inp, out, fit, model)
+    if disagreement:  # vLLM's figures contradict each other or the arithmetic: no fit is stated, nor fixed to
+        out["fit_disagreement"] = disagreement
+        if fit is not None:
+            out["arithmetic_max_len"] = int(fit)
+        if _config_differs(model, inp.get("needed_gib")):  # nor anything else sized from that config
+            out.pop("fit_tp_size", None)
+            model.fp8_fits = None
+    elif fit is not None:
         out["fit_max_model_len"] = int(fit)
     needed, available = inp.get("needed_gib"), inp.get("available_gib", "kv_cache.available_gib")
     if needed is None and model.needed_gib is not None:
@@ -205,7 +216,8 @@ def kv_fit(inp: CheckInput) -> CheckResult:
     util = inp.get("gpu_memory_utilization")
     total = inp.get("memory.total_gib")
     if needed is not None and available is not None:
-        out["missing_gib"] = round(float(needed) - float(available), 2)
+        if float(needed) > float(available):
+            out["missing_gib"] = round(float(needed) - float(available), 2)
         kv_dtype = str(inp.get("kv_cache_dtype") or "auto")
         if not kv_dtype.startswith("fp8"):
             halved = 2 * float(available) >= float(needed)  # rounded GiB: the config's check when known
@@ -217,7 +229,44 @@ def kv_fit(inp: CheckInput) -> CheckResult:
     if util is not None:
         out["can_raise_utilization"] = float(util) < RAISE_UTILIZATION_BELOW
         out["raised_utilization"] = RAISE_UTILIZATION_BELOW
-    return CheckResult(out)
+    return CheckResult(out, confidence="medium" if disagreement else None)
+
+
+def _disagreement(inp: CheckInput, out: dict[str, Any], fit: Any, model: _ModelFit) -> str | None:
+    """Why no longest length can be stated, naming vLLM's figures; None when the fit stands. vLLM
+    raises only when the bytes needed exceed the bytes available, both printed at 0.01 GiB, so its
+    printed needed is never below its printed available, and when the two print alike a fit from the
+    rounded GiB is within the rounding. A config whose cache for one sequence is not vLLM's, or a fit
+    at or above the length vLLM refused, is not the model vLLM sized."""
+    length = inp.get("max_model_len")
+    needed, available = inp.get("needed_gib"), inp.get("available_gib", "kv_cache.available_gib")
+    printed = needed is not None and available is not None
+    if printed and float(needed) < float(available):
+        return (f"vLLM raises only when the cache needed is above the cache available, yet its message shows "
+                f"{needed} GiB needed and {available} GiB available: the figures were edited or come from "
+                "different runs")  # fmt: skip
+    if fit is None or not length:
+        return None
+    how = out.get("fit_from")
+    rounded = how == "needed vs available memory" or how == "model config" and not model.exact_budget
+    if printed and float(needed) == float(available) and rounded:  # a fit from the rounded GiB is within it
+        return (f"vLLM's two figures round to the same {needed} GiB: the cache is less than 0.01 GiB short, too "
+                "little for the printed figures to tell how much shorter the sequence must be")  # fmt: skip
+    if how == "model config" and _config_differs(model, needed):
+        return (f"config.json's arithmetic ({out.get('kv_bytes_per_token', 0):,} B per token) gives "
+                f"{model.needed_gib} GiB for one sequence where vLLM says {needed} GiB, and {int(fit)} tokens as "
+                "the longest: check that the config is the model the server ran")  # fmt: skip
+    if int(fit) < int(length):
+        return None
+    source = "config.json's arithmetic" if how == "model config" else "the arithmetic from vLLM's figures"
+    return f"{source} gives {int(fit)} tokens, not below the {length} vLLM refused"
+
+
+def _config_differs(model: _ModelFit, needed: Any) -> bool:
+    """config.json's cache for one max-length sequence is not the one vLLM printed."""
+    if model.needed_gib is None or needed is None:
+        return False
+    return abs(model.needed_gib - float(needed)) > max(0.01, CONFIG_AGREES * float(needed))
 
 
 @check(

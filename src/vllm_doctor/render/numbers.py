@@ -20,6 +20,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "missing_gib": ("KV cache missing", "GiB"),
     "estimated_max_len": ("longest sequence vLLM estimates fits", "tokens"),
     "fit_max_model_len": ("longest --max-model-len that fits", "tokens"),
+    "arithmetic_max_len": ("longest length by the arithmetic (not trusted: see the summary)", "tokens"),
     "fp8_kv_fits": ("fits with an fp8 KV cache", ""),
     "kv_tokens": ("KV cache", "tokens"),
     "kv_cache.tokens": ("KV cache", "tokens"),
@@ -31,6 +32,8 @@ LABELS: dict[str, tuple[str, str]] = {
     "gpu_free_utilization": ("--gpu-memory-utilization that fits what is free now", ""),
     "gpu_processes": ("processes on this machine's GPU now", ""),
     "weights_gib": ("model weights", "GiB"),
+    "weights_per_gpu_gib": ("model weights per GPU (safetensors headers)", "GiB"),
+    "weights_estimated_gib": ("model weights per GPU, estimated from the shape", "GiB"),
     "free_gib": ("memory free", "GiB"),
     "total_gib": ("memory in total", "GiB"),
     "requested_gib": ("memory requested", "GiB"),
@@ -84,6 +87,7 @@ _HIDDEN = {
     "survived", "fatal_here", "during_shutdown", "shutdown_completed", "block_size_assumed", "limit_is_budget",
     "limit_is_max_model_len", "multi_gpu", "single_gpu", "failure_found", "can_raise_utilization", "queue_kind",
     "oom_phase_name", "fit_from", "alloc_unit", "free_unit", "total_unit", "missing", "lower_utilization",
+    "weights_note", "fit_disagreement",
 }  # fmt: skip
 _SUFFIX = {"_gib": "GiB", "_mib": "MiB", "_pct": "%", "_bytes": "bytes", "_tokens": "tokens", "_ms": "ms", "_s": "s"}
 
