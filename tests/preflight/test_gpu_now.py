@@ -21,13 +21,19 @@ SLEEP = "import time; time.sleep(60)"
 LLAMA = str(FIXTURES / "configs" / "llama-3-8b")
 
 
-def _started(p: subprocess.Popen, word: str) -> int:
-    """The pid once its /proc/<pid>/cmdline shows `word` (the exec has happened)."""
+def _started(p: subprocess.Popen, word: str, first: bool = False) -> int:
+    """The pid once its /proc/<pid>/cmdline shows `word` (as argv[0] with `first`): the exec has
+    happened, not only the fork, whose copy of the parent's command line may hold the word too."""
     end = time.monotonic() + 10
-    while word not in " ".join(procfs.cmdline(p.pid) or []):
+    while not _shows(p.pid, word, first):
         assert time.monotonic() < end, "the child never exec'd"
         time.sleep(0.01)
     return p.pid
+
+
+def _shows(pid: int, word: str, first: bool) -> bool:
+    argv = procfs.cmdline(pid) or []
+    return argv[:1] == [word] if first else word in " ".join(argv)
 
 
 @pytest.fixture
@@ -45,7 +51,7 @@ def other_server():
 def engine_core():
     """A real process named as vLLM names its engine (argv[0] VLLM::EngineCore)."""
     p = subprocess.Popen(["bash", "-c", f'exec -a VLLM::EngineCore "{sys.executable}" -c "{SLEEP}"'])
-    yield _started(p, "VLLM::EngineCore")
+    yield _started(p, "VLLM::EngineCore", first=True)
     p.kill()
     p.wait()
 
@@ -61,7 +67,7 @@ def server_with_engine():
     end = time.monotonic() + 10
     while True:
         kids = (procfs.PROC / str(p.pid) / "task" / str(p.pid) / "children").read_text().split()
-        if kids and "VLLM::EngineCore" in " ".join(procfs.cmdline(int(kids[0])) or []):
+        if kids and _shows(int(kids[0]), "VLLM::EngineCore", first=True):  # exec'd, not the fork's copy of us
             break
         assert time.monotonic() < end, "the engine never started"
         time.sleep(0.01)
