@@ -82,6 +82,8 @@ def test_the_start_is_predicted(path, tmp_path):
         if listener is not None:
             listener.close()
     top = report.diagnoses[0] if report.diagnoses else None
+    fired = [d.rule for d in report.diagnoses]
+    assert set(case.get("rules", [])) <= set(fired), fired  # the preflight rules the case triggers
     if not case["category"]:  # the real start served: nothing blocks it
         assert report.status in (case.get("status") or ("healthy", "degraded")), report.facts["preflight"]["headline"]
         assert all(d.severity != "blocker" for d in report.diagnoses)

@@ -33,7 +33,9 @@ def check_returns(rule: Rule) -> dict[str, frozenset[str]]:
 
 
 def known_names(rule: Rule, groups: Iterable[str]) -> set[str]:
-    """Every name the rule's templates and conditions may use."""
+    """Every name the rule's templates and conditions may use (a preflight rule: what its check gives)."""
+    if rule.kind == "preflight":
+        return set(rule.names)
     out = set(groups) | fact_names()
     for returns in check_returns(rule).values():
         out |= returns
