@@ -15,7 +15,9 @@ import pytest
 from preflight_fakes import FakeNvml
 
 from conftest import FIXTURES
+from vllm_doctor.knowledge import fixcheck
 from vllm_doctor.preflight.args import parse
+from vllm_doctor.preflight.finding import rules
 from vllm_doctor.preflight.host import NODE0
 from vllm_doctor.preflight.parallel import NUMA_NODES
 from vllm_doctor.preflight.run import preflight
@@ -84,6 +86,10 @@ def test_the_start_is_predicted(path, tmp_path):
     top = report.diagnoses[0] if report.diagnoses else None
     fired = [d.rule for d in report.diagnoses]
     assert set(case.get("rules", [])) <= set(fired), fired  # the preflight rules the case triggers
+    for d in report.diagnoses:  # every fix held to the numbers as explain's are (knowledge/fixcheck.py)
+        direction = {f.flag: f.direction for f in rules()[d.rule].fixes}
+        for f in d.fixes:
+            assert fixcheck.refuse(f.flag, direction.get(f.flag), f.value, d.numbers, category=d.category) is None, f
     if not case["category"]:  # the real start served: nothing blocks it
         assert report.status in (case.get("status") or ("healthy", "degraded")), report.facts["preflight"]["headline"]
         assert all(d.severity != "blocker" for d in report.diagnoses)

@@ -53,3 +53,15 @@ def test_the_tables_are_data():
     methods, version = tables.fallback_methods()
     assert version == "0.32.0" and "awq" in methods and len(methods) == 30
     assert set(tables.quantization()["online"]) <= set(methods) | {"bitsandbytes", "ptpc_fp8"}
+
+
+def test_rules_check_holds_a_preflight_rule_to_its_names(tmp_path):
+    from vllm_doctor.matching.loader import check_file
+
+    path = tmp_path / "check-x.toml"
+    path.write_text('id = "check-x"\nkind = "preflight"\ncategory = "shm"\nseverity = "info"\ntitle = "t"\n'
+                    'explanation = "e"\nnames = ["a"]\nsummary = ["{a} and {b}"]\nanchors = ["abcd"]\n')  # fmt: skip
+    _, problems = check_file(path)
+    said = sorted((p.key, p.message.split(":")[0]) for p in problems)
+    assert ("anchors", "is for diagnosis and fact rules") in said and ("priority", "is missing") in said
+    assert any(k == "summary" and "{b}" in m for k, m in ((p.key, p.message) for p in problems)), said
