@@ -41,6 +41,7 @@ def test_weights_that_do_not_fit_are_weights_oom():
     (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192", "--gpu-memory-utilization", "0.15"))
     assert (found.severity, found.category, found.rule) == ("blocker", "weights-oom", "check-weights-oom")
     assert "the weights take" in found.summary
+    assert "--kv-cache-dtype" not in {f.flag for f in found.fixes}  # a smaller KV cache does not shrink the weights
 
 
 def test_a_thin_margin_is_a_low_confidence_warning():

@@ -62,7 +62,9 @@ def replay(path: Path, tmp_path: Path, listener: socket.socket | None = None):
         words[words.index("--port") + 1] = str(listener.getsockname()[1])
     nvml = None
     if case.get("gpus"):
-        nvml = FakeNvml([(g["name"], g["total_mib"], g["free_mib"], g["processes"]) for g in case["gpus"]])
+        gpus = case["gpus"]  # compute capability as NVML reports it (9.0 when the case does not say)
+        nvml = FakeNvml([(g["name"], g["total_mib"], g["free_mib"], g["processes"], tuple(g.get("capability", (9, 0))))
+                         for g in gpus])  # fmt: skip
     env = dict(case.get("env", {}))
     env.setdefault("HF_HOME", str(tmp_path / "hf"))  # an empty cache: nothing of this machine's
     return case, preflight(parse(words, env=env), nvml=nvml, backend=case["backend"], offline=True)
