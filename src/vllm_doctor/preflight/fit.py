@@ -9,12 +9,11 @@ import dataclasses
 from vllm_doctor.capacity import arithmetic as cap
 from vllm_doctor.capacity.arithmetic import GIB, fmt_size
 from vllm_doctor.capacity.shape import ModelShape
+from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, found
 
-# vLLM 0.32's CPU backend uses 128-token blocks: the lab's cache-oom-boundary refuses 8192 tokens in
-# 1 GiB at 131,072 B/token and offers 8064 = (64 - 1 null block) x 128
-CPU_BLOCK_SIZE = 128
+CPU_BLOCK_SIZE = tables.vllm("cpu_block_size")  # vLLM 0.32's CPU backend (rules/tables/preflight.toml)
 OVERHEAD_SPAN = 4 * cap.GB  # vLLM measures activation peak + non-torch + CUDA graphs at startup: 1-4 GB seen
 
 

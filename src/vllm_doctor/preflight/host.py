@@ -12,15 +12,16 @@ import socket
 from pathlib import Path
 
 from vllm_doctor.capacity.arithmetic import GIB, fmt_size
-from vllm_doctor.preflight import procfs
+from vllm_doctor.preflight import procfs, tables
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, found
 
 SHM = Path("/dev/shm")
-CONTAINER_SHM = 64 * 2**20  # Docker's and containerd's default --shm-size
-NOFILE_TARGET = 65535  # vLLM's set_ulimit() raises the soft limit to this, within the hard limit
-SWAP_RAISE, SWAP_WARN = 0.7, 0.4  # CacheConfig: swap x TP above these fractions of RAM raises / warns
-CPU_UTILIZATION = 0.92  # --gpu-memory-utilization's default on the CPU backend (vLLM 0.32)
+# vLLM's numbers, from rules/tables/preflight.toml (each with its source there)
+CONTAINER_SHM = tables.host("container_shm_mib") * 2**20
+NOFILE_TARGET = tables.vllm("nofile_target")
+SWAP_RAISE, SWAP_WARN = tables.vllm("swap_space_refuse"), tables.vllm("swap_space_warn")
+CPU_UTILIZATION = tables.vllm("cpu_gpu_memory_utilization")
 NODE0 = Path("/sys/devices/system/node/node0/meminfo")
 
 
@@ -119,7 +120,8 @@ def host_ram(ctx: Context) -> list[Finding]:
     swap = (ctx.args.number("swap_space", 0) or 0) * GIB * ctx.args.tp
     offload = (ctx.args.number("cpu_offload_gb", 0) or 0) * 1e9 * ctx.args.tp
     numbers = {"ram_total_gib": round(total / GIB, 2), "ram_available_gib": round(available / GIB, 2)}
-    sizes = {"swap_size": fmt_size(swap, "GiB"), "total_size": fmt_size(total, "GiB"),
+    sizes = {"swap_size": fmt_size(swap, "GiB"), "total_size": fmt_size(total, "GiB"), "refuse_pct": SWAP_RAISE * 100,
+             "warn_pct": SWAP_WARN * 100,
              "offload_size": fmt_size(offload, "GiB"), "available_size": fmt_size(available, "GiB")}  # fmt: skip
     if swap > SWAP_RAISE * total:
         out.append(found("check-swap-space-too-large", numbers, **sizes))

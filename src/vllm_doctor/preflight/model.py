@@ -14,9 +14,10 @@ from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, found
 
-REGISTRY = "vllm/model_executor/models/registry.py"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
-TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+# from rules/tables/preflight.toml
+REGISTRY = tables.vllm("registry_file")
+TOKENIZER_FILES = tuple(tables.vllm("tokenizer_files"))
+TEMPLATE_FILES = tuple(tables.vllm("chat_template_files"))
 
 
 def model_config(ctx: Context) -> list[Finding]:

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from vllm_doctor.capacity import arithmetic as cap
 from vllm_doctor.capacity.arithmetic import GIB, fmt_list, fmt_size
+from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, found
 
-VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE: VocabParallelEmbedding pads to it, then splits by TP
+VOCAB_PADDING = tables.vllm("vocab_padding")  # DEFAULT_VOCAB_PADDING_SIZE (rules/tables/preflight.toml)
 NUMA_NODES = Path("/sys/devices/system/node")
 
 

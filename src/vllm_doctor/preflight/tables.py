@@ -1,6 +1,8 @@
 """The preflight's tables, read from rules/tables/preflight.toml (data, not rules: the rule loader
-skips rules/tables/): the lowest compute capability per quantisation method and dtype, the
-quantisation methods per vLLM release and those that quantise as they load."""
+skips rules/tables/): vLLM's numbers the checks compare against (the open-files target, the swap
+fractions, the CPU backend's defaults, the vocabulary padding, file names), the lowest compute
+capability per quantisation method and dtype, the quantisation methods per vLLM release and those
+that quantise as they load."""
 
 from __future__ import annotations
 
@@ -17,6 +19,16 @@ def table() -> dict[str, Any]:
     from vllm_doctor.matching.loader import TABLES, builtin_dir
 
     return tomllib.loads((builtin_dir() / TABLES / FILE).read_text(encoding="utf-8"))
+
+
+def vllm(name: str) -> Any:
+    """A number or name of vLLM the checks compare against ([vllm]: nofile_target, cpu_block_size, ...)."""
+    return table()["vllm"][name]
+
+
+def host(name: str) -> Any:
+    """A fact of the hosts vLLM runs on ([host]: container_shm_mib)."""
+    return table()["host"][name]
 
 
 def min_capability(method: str) -> int | None:
