@@ -79,6 +79,7 @@ def test_swap_space_against_this_machines_ram():
     assert [(f.severity, f.category, f.rule) for f in found] == [
         ("blocker", "config-validation", "check-swap-space-too-large")
     ]
+    assert "is above 70% of" in found[0].summary  # the fraction of rules/tables/preflight.toml
     mid = f"{0.5 * total / GIB:.1f}"
     assert [(f.severity, f.rule) for f in host.host_ram(ctx("--swap-space", mid))] == [
         ("warning", "check-swap-space-large")
