@@ -182,7 +182,8 @@ def rules_list(
     if ctx.invoked_subcommand is not None:
         return
     for r in sorted(load_rules(rules_dirs), key=lambda r: (r.kind, r.category or "", r.id)):
-        label = f"{r.category}/{r.severity}" if r.kind == "diagnosis" else "fact"
+        label = "fact" if r.kind == "fact" else f"{r.category}/{r.severity}"
+        label += " (check)" if r.kind == "preflight" else ""  # a finding of `vllm-doctor check`
         typer.echo(f"{r.id:48} {label:38} {r.title}")
 
 

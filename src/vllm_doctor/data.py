@@ -66,7 +66,7 @@ class Fix:
 @dataclass
 class Rule:
     id: str
-    kind: str  # "diagnosis" or "fact"
+    kind: str  # "diagnosis", "fact" or "preflight" (a finding of `vllm-doctor check`, preflight/)
     title: str
     explanation: str
     path: str  # the file it was loaded from
@@ -86,6 +86,7 @@ class Rule:
     when: str | None = None
     fixes: list[Fix] = field(default_factory=list)
     references: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # preflight rules: the values their check gives the templates
     # its patterns compile in the linear-time subset (RE2, matching/linear.py): every rule from
     # --rules; the built-in ones keep the regex module and the timed guard (matching/redos.py)
     linear: bool = False

@@ -29,7 +29,7 @@ def test_every_pattern_carries_a_real_example(rules):
 def test_rules_live_in_the_folder_of_their_category(rules):
     for r in rules:
         folder = Path(r.path).parent.name
-        assert folder == ("facts" if r.kind == "fact" else r.category), r.path
+        assert folder == {"fact": "facts", "preflight": "preflight"}.get(r.kind, r.category), r.path
 
 
 def test_rules_are_found_from_the_package():

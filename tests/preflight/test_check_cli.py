@@ -34,7 +34,7 @@ def test_a_blocker_is_exit_1_in_every_format(tmp_path):
     assert r.exit_code == 1
     data = json.loads(r.output)
     assert data["schema"] == "vllm-doctor/report/1" and data["status"] == "failed"
-    assert data["diagnoses"][0]["category"] == "cache-oom" and data["diagnoses"][0]["rule"] == "check:fit"
+    assert data["diagnoses"][0]["category"] == "cache-oom" and data["diagnoses"][0]["rule"] == "check-cache-oom-cpu"
     assert data["facts"]["preflight"]["command"].startswith("vllm serve ")
     r = invoke("check", "--format", "markdown", "-o", str(tmp_path / "r.md"), "--", WIDE, "--max-model-len", "32768")
     assert r.exit_code == 1 and "would fail: cache-oom" in (tmp_path / "r.md").read_text()

@@ -20,7 +20,7 @@ def ctx(model, *argv, gpus=1, env=None, backend=None):
 
 def test_llama_3_8b_fits_an_h100():
     (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192"))
-    assert (found.severity, found.category) == ("info", "kv-capacity")
+    assert (found.severity, found.category, found.rule) == ("info", "kv-capacity", "check-kv-cache-fits-gpu")
     n = found.numbers
     assert n["kv_bytes_per_token"] == 131072 and n["gpu_memory_utilization"] == 0.9
     expected = n["gpu_total_gib"] * 0.9 - n["weights_gib_per_gpu"]
@@ -29,7 +29,7 @@ def test_llama_3_8b_fits_an_h100():
 
 def test_too_little_utilization_is_cache_oom_with_the_length_that_fits():
     (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192", "--gpu-memory-utilization", "0.2"))
-    assert (found.severity, found.category) == ("blocker", "cache-oom")
+    assert (found.severity, found.category, found.rule) == ("blocker", "cache-oom", "check-cache-oom-gpu")
     longest = found.numbers["fit_max_model_len"]
     assert 0 < longest < 8192 and longest % 16 == 0  # whole 16-token blocks, one held back
     fixes = {f.flag: f.value for f in found.fixes}
@@ -39,12 +39,14 @@ def test_too_little_utilization_is_cache_oom_with_the_length_that_fits():
 
 def test_weights_that_do_not_fit_are_weights_oom():
     (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192", "--gpu-memory-utilization", "0.15"))
-    assert (found.severity, found.category) == ("blocker", "weights-oom")
+    assert (found.severity, found.category, found.rule) == ("blocker", "weights-oom", "check-weights-oom")
+    assert "the weights take" in found.summary
+    assert "--kv-cache-dtype" not in {f.flag for f in found.fixes}  # a smaller KV cache does not shrink the weights
 
 
 def test_a_thin_margin_is_a_low_confidence_warning():
     (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192", "--gpu-memory-utilization", "0.24"))
-    assert (found.severity, found.confidence) == ("warning", "low")
+    assert (found.severity, found.confidence, found.rule) == ("warning", "low", "check-cache-oom-tight")
     assert found.numbers["kv_cache_gib"] - found.numbers["needed_gib"] < fit.OVERHEAD_SPAN / 2**30
 
 
@@ -56,18 +58,20 @@ def test_without_gpu_or_cpu_backend_fit_cannot_run():
 
 def test_context_limit_and_the_long_context_switch():
     (found,) = fit.context_limit(ctx("llama-3.1-8b", "--max-model-len", "200000"))
-    assert found.severity == "blocker" and found.numbers["derived_max_model_len"] == 131072
+    assert found.rule == "check-context-above-max" and found.numbers["derived_max_model_len"] == 131072
     env = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
     (allowed,) = fit.context_limit(ctx("llama-3.1-8b", "--max-model-len", "200000", env=env))
-    assert allowed.severity == "warning"
+    assert (allowed.severity, allowed.rule) == ("warning", "check-context-above-max-allowed")
     assert fit.context_limit(ctx("llama-3.1-8b", "--max-model-len", "131072")) == []
 
 
 def test_tp_against_heads_and_gpus():
     (heads,) = parallel.tp_shape(ctx("llama-3-8b", "-tp", "3", gpus=4))
-    assert heads.category == "tp-divisibility" and heads.priority == 80 and "32 attention heads" in heads.summary
+    assert heads.rule == "check-tp-heads" and heads.priority == 80 and "32 attention heads" in heads.summary
     assert parallel.tp_shape(ctx("llama-3-8b", "-tp", "16")) == []  # 8 KV heads replicated, 128,256 / 16
     (gpus,) = parallel.tp_devices(ctx("llama-3-8b", "-tp", "4", gpus=2))
-    assert gpus.category == "not-enough-gpus" and gpus.numbers == {"needed": 4, "visible": 2}
+    assert gpus.rule == "check-not-enough-gpus" and gpus.numbers == {"needed": 4, "visible": 2}
     (one_card,) = parallel.tp_needed(ctx("llama-3-8b", "-tp", "2", gpus=2))
-    assert one_card.severity == "info"
+    assert one_card.rule == "check-tp-not-needed" and "TP 2" in one_card.summary
+    (layers,) = parallel.tp_shape(ctx("llama-3-8b", "-pp", "64", gpus=64))
+    assert (layers.rule, layers.numbers, layers.fixes[0].value) == ("check-pp-layers", {"pp": 64, "layers": 32}, "32")

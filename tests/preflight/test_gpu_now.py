@@ -84,7 +84,7 @@ def ctx(*argv, nvml, env=None):
 def test_memory_held_by_another_vllm_is_named(other_server, engine_core):
     nvml = h100s(1, free=30000, processes=[(other_server, 40000), (engine_core, 11000)])
     (found,) = gpunow.gpu_free(ctx(nvml=nvml))
-    assert found.category == "gpu-memory-occupied" and found.severity == "blocker"
+    assert (found.category, found.severity, found.rule) == ("gpu-memory-occupied", "blocker", "check-gpu-memory-held")
     assert f"pid {other_server} a vLLM server (40,000 MiB)" in found.summary
     assert f"pid {engine_core} a vLLM EngineCore (11,000 MiB)" in found.summary
     assert found.numbers["max_utilization"] == 0.34  # floor((30000 / 81559 - 0.02) x 100) / 100
@@ -94,10 +94,10 @@ def test_memory_held_by_another_vllm_is_named(other_server, engine_core):
 def test_fractions_of_other_servers_add_up(other_server):
     nvml = h100s(1, free=81559 - 40000, processes=[(other_server, 40000)])
     (found,) = gpunow.other_servers(ctx(nvml=nvml))
-    assert found.severity == "blocker" and found.numbers["sum"] == 1.5
+    assert found.rule == "check-gpu-servers-oversubscribed" and found.numbers["sum"] == 1.5
     assert found.fixes[0].value == "0.38"  # 1 - 0.6 - 0.02
     (fine,) = gpunow.other_servers(ctx("--gpu-memory-utilization", "0.35", nvml=nvml))
-    assert fine.severity == "info" and fine.numbers["sum"] == 0.95
+    assert fine.rule == "check-gpu-shared-by-servers" and fine.severity == "info" and fine.numbers["sum"] == 0.95
 
 
 def test_the_engine_holds_the_memory_and_its_server_asked_for_the_fraction(server_with_engine):
@@ -120,12 +120,14 @@ def test_cuda_visible_devices_picks_the_gpus():
 
 
 @pytest.mark.parametrize(
-    ("torch", "cuda", "severity"),
-    [("2.5.1+cu124", "12.4", None), ("2.5.1+cu124", "12.2", "warning"), ("2.7.0+cu128", "11.8", "blocker")],
-)
-def test_driver_against_torchs_cuda(torch, cuda, severity):
+    ("torch", "cuda", "severity", "rule"),
+    [("2.5.1+cu124", "12.4", None, None), ("2.5.1+cu124", "12.2", "warning", "check-driver-older-than-torch"),
+     ("2.7.0+cu128", "11.8", "blocker", "check-driver-too-old")],
+)  # fmt: skip
+def test_driver_against_torchs_cuda(torch, cuda, severity, rule):
     found = gpunow.driver_verdict(torch, cuda, "535.0")
-    assert [f.severity for f in found] == ([severity] if severity else [])
+    assert [(f.severity, f.rule) for f in found] == ([(severity, rule)] if severity else [])
+    assert all(f"supports up to {cuda}" in f.summary for f in found)
 
 
 def test_torch_without_a_cuda_build_cannot_be_told():
@@ -136,9 +138,17 @@ def test_torch_without_a_cuda_build_cannot_be_told():
 def test_bf16_and_quantisation_need_compute_capability():
     t4 = h100s(1, capability=(7, 5))
     (explicit,) = gpunow.capability(ctx("--dtype", "bfloat16", nvml=t4))
-    assert (explicit.severity, explicit.category) == ("blocker", "unsupported-dtype")
+    assert (explicit.severity, explicit.category, explicit.rule) == (
+        "blocker",
+        "unsupported-dtype",
+        "check-bfloat16-unsupported",
+    )
     (auto,) = gpunow.capability(ctx(nvml=t4))  # llama-3-8b is bfloat16: vLLM 0.9+ falls back to float16
-    assert auto.severity == "info"
+    assert (auto.severity, auto.rule) == (
+        "info",
+        "check-bfloat16-falls-back",
+    ) and "compute capability 7.5" in auto.summary
     found = gpunow.capability(ctx("--dtype", "half", "--quantization", "awq_marlin", nvml=t4))
     assert [(f.category, f.numbers["min_capability"]) for f in found] == [("quantization-unsupported", 80)]
+    assert found[0].rule == "check-quantization-capability" and "awq_marlin" in found[0].summary
     assert gpunow.capability(ctx("--dtype", "bfloat16", nvml=h100s(1))) == []

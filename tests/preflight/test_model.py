@@ -14,6 +14,7 @@ import threading
 import pytest
 
 from conftest import FIXTURES
+from vllm_doctor.capacity.hub import Resolved
 from vllm_doctor.preflight import model
 from vllm_doctor.preflight.args import parse
 from vllm_doctor.preflight.context import Context
@@ -55,7 +56,7 @@ def test_architecture_in_the_installed_registry(tmp_path, installed_vllm):
     other.mkdir()
     cfg = {**LLAMA, "architectures": ["BrandNewForCausalLM"]}
     (found,) = model.architecture(ctx(model_dir(other, cfg)))
-    assert found.category == "unsupported-architecture" and "vllm 0.32.0" in found.summary
+    assert found.rule == "check-architecture-unknown" and "vllm 0.32.0" in found.summary
     assert "vllm" not in sys.modules
 
 
@@ -63,22 +64,25 @@ def test_auto_map_needs_trust_remote_code(tmp_path, installed_vllm):
     cfg = {**LLAMA, "architectures": ["BrandNewForCausalLM"], "auto_map": {"AutoModel": "modeling.BrandNew"}}
     d = model_dir(tmp_path, cfg)
     (found,) = model.remote_code(ctx(d))
-    assert (found.category, found.severity) == ("trust-remote-code", "blocker")
+    assert (found.category, found.severity, found.rule) == ("trust-remote-code", "blocker", "check-remote-code")
     assert model.remote_code(ctx(d, "--trust-remote-code")) == []
 
 
 def test_auto_map_without_vllm_installed_is_a_warning(tmp_path):
     cfg = {**LLAMA, "auto_map": {"AutoModel": "modeling.X"}}
     (found,) = model.remote_code(ctx(model_dir(tmp_path, cfg)))
-    assert found.severity == "warning"
+    assert (found.severity, found.rule) == (
+        "warning",
+        "check-remote-code-unverified",
+    ) and "perhaps not" in found.summary
 
 
 def test_tokenizer_and_chat_template(tmp_path):
     bare = model_dir(tmp_path)
-    assert [f.category for f in model.tokenizer(ctx(bare))] == ["tokenizer-load-failed"]
+    assert [f.rule for f in model.tokenizer(ctx(bare))] == ["check-tokenizer-files-missing"]
     (tmp_path / "model" / "tokenizer.json").write_text("{}")
     (tmp_path / "model" / "tokenizer_config.json").write_text("{}")
-    assert [f.category for f in model.tokenizer(ctx(bare))] == ["chat-template-missing"]
+    assert [f.rule for f in model.tokenizer(ctx(bare))] == ["check-chat-template-missing"]
     assert model.tokenizer(ctx(bare, "--chat-template", "t.jinja")) == []
     (tmp_path / "model" / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
     assert model.tokenizer(ctx(bare)) == []
@@ -89,15 +93,16 @@ def test_tokenizer_and_chat_template(tmp_path):
 def test_quantization_against_config(tmp_path):
     d = model_dir(tmp_path)
     (missing,) = model.quantization(ctx(d, "--quantization", "awq"))
-    assert missing.category == "quantization-config-missing"
+    assert (missing.category, missing.rule) == ("quantization-config-missing", "check-quantization-config-missing")
     assert model.quantization(ctx(d, "--quantization", "fp8")) == []  # quantises as it loads
     (unknown,) = model.quantization(ctx(d, "--quantization", "not-a-method"))
-    assert unknown.category == "invalid-quantization" and unknown.severity == "warning"  # no vLLM: 0.32's list
+    assert unknown.rule == "check-quantization-unknown-unverified" and unknown.severity == "warning"  # no vLLM: 0.32's
+    assert "vLLM 0.32.0" in unknown.summary
 
 
 def test_no_model_is_a_blocker():
     (found,) = model.model_config(Context(parse([], env={}), offline=True, no_gpu=True))
-    assert found.severity == "blocker"
+    assert (found.severity, found.rule) == ("blocker", "check-no-model")
 
 
 class _GatedHub(http.server.BaseHTTPRequestHandler):
@@ -130,6 +135,19 @@ def test_a_gated_repo_is_hf_auth(tmp_path):
         server.server_close()
     assert r.returncode == 1, r.stderr
     top = json.loads(r.stdout)["diagnoses"][0]
-    assert (top["category"], top["rule"]) == ("hf-auth", "check:model_config") and "HF_TOKEN is not set" in top[
-        "summary"
-    ]
+    assert (top["category"], top["rule"]) == ("hf-auth", "check-hub-gated") and "HF_TOKEN is not set" in top["summary"]
+
+
+def test_an_unknown_method_of_the_installed_vllm_is_a_blocker(tmp_path, installed_vllm):
+    quant = installed_vllm / "vllm" / "model_executor" / "layers" / "quantization" / "__init__.py"
+    quant.parent.mkdir(parents=True)
+    quant.write_text('QuantizationMethods = Literal[\n    "awq",\n    "fp8",\n]\n')
+    (unknown,) = model.quantization(ctx(model_dir(tmp_path), "--quantization", "not-a-method"))
+    assert (unknown.severity, unknown.rule) == ("blocker", "check-quantization-unknown")
+    assert "vllm 0.32.0's methods (awq, fp8, ...)" in unknown.summary
+
+
+def test_an_unreachable_hub_is_a_warning():
+    note = "org/m: Hugging Face is unreachable (timed out); going on without the model config"
+    (found,) = model.config_verdict("org/m", Resolved(None, note=note))
+    assert (found.severity, found.rule, found.summary) == ("warning", "check-hub-unreachable", note)

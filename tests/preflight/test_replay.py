@@ -15,7 +15,9 @@ import pytest
 from preflight_fakes import FakeNvml
 
 from conftest import FIXTURES
+from vllm_doctor.knowledge import fixcheck
 from vllm_doctor.preflight.args import parse
+from vllm_doctor.preflight.finding import rules
 from vllm_doctor.preflight.host import NODE0
 from vllm_doctor.preflight.parallel import NUMA_NODES
 from vllm_doctor.preflight.run import preflight
@@ -60,7 +62,9 @@ def replay(path: Path, tmp_path: Path, listener: socket.socket | None = None):
         words[words.index("--port") + 1] = str(listener.getsockname()[1])
     nvml = None
     if case.get("gpus"):
-        nvml = FakeNvml([(g["name"], g["total_mib"], g["free_mib"], g["processes"]) for g in case["gpus"]])
+        gpus = case["gpus"]  # compute capability as NVML reports it (9.0 when the case does not say)
+        nvml = FakeNvml([(g["name"], g["total_mib"], g["free_mib"], g["processes"], tuple(g.get("capability", (9, 0))))
+                         for g in gpus])  # fmt: skip
     env = dict(case.get("env", {}))
     env.setdefault("HF_HOME", str(tmp_path / "hf"))  # an empty cache: nothing of this machine's
     return case, preflight(parse(words, env=env), nvml=nvml, backend=case["backend"], offline=True)
@@ -82,6 +86,12 @@ def test_the_start_is_predicted(path, tmp_path):
         if listener is not None:
             listener.close()
     top = report.diagnoses[0] if report.diagnoses else None
+    fired = [d.rule for d in report.diagnoses]
+    assert set(case.get("rules", [])) <= set(fired), fired  # the preflight rules the case triggers
+    for d in report.diagnoses:  # every fix held to the numbers as explain's are (knowledge/fixcheck.py)
+        direction = {f.flag: f.direction for f in rules()[d.rule].fixes}
+        for f in d.fixes:
+            assert fixcheck.refuse(f.flag, direction.get(f.flag), f.value, d.numbers, category=d.category) is None, f
     if not case["category"]:  # the real start served: nothing blocks it
         assert report.status in (case.get("status") or ("healthy", "degraded")), report.facts["preflight"]["headline"]
         assert all(d.severity != "blocker" for d in report.diagnoses)

@@ -41,7 +41,9 @@ def test_warn_says_why_and_starts(tmp_path, fake_bin):
     assert spawned and rc == 1  # the child's own status: it replays cache-oom and exits 1
     lines = err.splitlines()
     assert lines[0] == "[vllm-doctor] preflight: would fail: cache-oom (blocker, at fit)"  # before the child's
-    assert lines[1].startswith("[vllm-doctor] preflight blocker: cache-oom (fit): VLLM_CPU_KVCACHE_SPACE 1 GiB")
+    assert lines[1].startswith(
+        "[vllm-doctor] preflight blocker: cache-oom (check-cache-oom-cpu): VLLM_CPU_KVCACHE_SPACE 1 GiB"
+    )
 
 
 def test_off_says_nothing(tmp_path, fake_bin):

@@ -33,7 +33,9 @@ def check_returns(rule: Rule) -> dict[str, frozenset[str]]:
 
 
 def known_names(rule: Rule, groups: Iterable[str]) -> set[str]:
-    """Every name the rule's templates and conditions may use."""
+    """Every name the rule's templates and conditions may use (a preflight rule: what its check gives)."""
+    if rule.kind == "preflight":
+        return set(rule.names)
     out = set(groups) | fact_names()
     for returns in check_returns(rule).values():
         out |= returns
@@ -79,8 +81,12 @@ def name_problems(rule: Rule, groups: Iterable[str]) -> list[tuple[str, str]]:
         if name in known or (key, name) in seen:
             continue
         seen.add((key, name))
-        out.append((key, f"{written} is not a named group, a fact or a return of the rule's checks ({checks})"
-                         f"{_close(name, known)}"))  # fmt: skip
+        what = (
+            "in the rule's names"
+            if rule.kind == "preflight"
+            else f"a named group, a fact or a return of the rule's checks ({checks})"
+        )
+        out.append((key, f"{written} is not {what}{_close(name, known)}"))
     return out
 
 

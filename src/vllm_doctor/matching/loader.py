@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from vllm_doctor.data import CONFIDENCES, FIX_DIRECTIONS, SEVERITIES, Fix, Pattern, Rule
-from vllm_doctor.errors import DoctorError
 from vllm_doctor.knowledge.facts import ARGS, FACTS, SERIES_FIELDS
-from vllm_doctor.matching import expr
 from vllm_doctor.matching.contract import _close, name_problems
+from vllm_doctor.matching.problems import Problems as _Problems
+from vllm_doctor.matching.problems import RuleError
 
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
@@ -31,21 +30,11 @@ MAX_PATTERNS = 32
 _RULE_KEYS = {
     "id", "kind", "category", "title", "severity", "confidence", "priority", "wrapper", "fallback", "summary",
     "explanation", "anchors", "patterns", "facts", "series", "phase", "checks", "when", "fixes",
-    "references",
+    "references", "names",
 }  # fmt: skip
 _PATTERN_KEYS = {"regex", "since", "until", "source", "level", "unless", "example", "counter_example"}
 _FIX_KEYS = {"action", "flag", "value", "when", "why", "direction"}
 _LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
-
-
-class RuleError(DoctorError):
-    """A rule file that cannot be used; str() is one line naming the file and the key."""
-
-    def __init__(self, path: str | Path, key: str | None, message: str):
-        self.path, self.key, self.message = str(path), key, message
-        self.problems: list[RuleError] = [self]  # every problem of the file, this one first
-        where = f"{path}: key '{key}'" if key else str(path)
-        super().__init__(f"{where}: {message}")
 
 
 def builtin_dir() -> Path:
@@ -55,8 +44,13 @@ def builtin_dir() -> Path:
     return packaged if packaged.is_dir() else package.parents[1] / "rules"
 
 
+TABLES = "tables"  # rules/tables/: the preflight's tables (data, not rules), read by preflight/tables.py
+
+
 def rule_files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.rglob("*.toml") if p.is_file())
+    """Every rule file of a directory: its *.toml, but those under tables/."""
+    tables = directory / TABLES
+    return sorted(p for p in directory.rglob("*.toml") if p.is_file() and not p.is_relative_to(tables))
 
 
 def load(dirs: Iterable[Path] | None = None, *, builtin: bool = True, skip: Callable | None = None) -> list[Rule]:
@@ -163,71 +157,6 @@ def _stat(path: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-class _Problems:
-    """Every problem of one rule file, collected so that `rules check` can list them all."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.items: list[RuleError] = []
-
-    def add(self, key: str | None, message: str) -> None:
-        self.items.append(RuleError(self.path, key, message))
-
-    def need(self, data: dict, key: str, kind: type, required: bool = True, prefix: str = "") -> Any:
-        """data[key] when it has the kind; None (and a problem) when it is missing or wrong."""
-        if key not in data:
-            if required:
-                self.add(prefix + key, "is missing")
-            return None
-        value = data[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            self.add(prefix + key, f"must be a {kind.__name__}")
-            return None
-        return value
-
-    def strings(self, data: dict, key: str, *, empty_ok: bool = False, prefix: str = "") -> list[str] | None:
-        """A string or a list of strings (non-empty ones unless `empty_ok`); None when it is neither."""
-        value = data.get(key, [])
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) and (empty_ok or v.strip()) for v in value):
-            self.add(prefix + key, "must be a string or a list of strings" + ("" if empty_ok else " (non-empty)"))
-            return None
-        return value
-
-    def tables(self, data: dict, name: str, allowed: set[str], what: str) -> Iterator[tuple[str, dict]]:
-        """The tables of an array like [[patterns]], each with its key ("patterns[0]"); a
-        non-array, a non-table and an unknown key inside one are problems."""
-        raw = data.get(name, [])
-        if not isinstance(raw, list):
-            self.add(name, f"must be an array of tables ([[{name}]])")
-            return
-        for i, table in enumerate(raw):
-            key = f"{name}[{i}]"
-            if not isinstance(table, dict):
-                self.add(key, "must be a table")
-                continue
-            self.unknown_keys(table, allowed, f"{key}.", what)
-            yield key, table
-
-    def unknown_keys(self, table: dict, allowed: set[str], prefix: str, what: str) -> None:
-        for k in sorted(set(table) - allowed):
-            self.add(f"{prefix}{k}", f"is not {what}" + (" (typo?)" if not prefix else ""))
-
-    def templates(self, text: str, key: str) -> None:
-        bad = expr.bad_placeholders(text)
-        if bad:
-            self.add(key, f"{bad[0]} is not a placeholder: use {{name}}, {{name:,}} or {{name:.2f}}")
-
-    def condition(self, text: str | None, key: str) -> None:
-        if text is None:
-            return
-        try:
-            expr.Condition(text)
-        except expr.ExprError as e:
-            self.add(key, f"bad condition: {e}")
-
-
 def compile_regex(text: str, linear: bool = False):
     """A rule pattern compiled: by RE2 in the linear-time subset for a --rules rule (`linear`,
     matching/linear.py; raises NotLinear), else by the regex module (the built-in rules)."""
@@ -316,8 +245,8 @@ def _parse(data: dict, path: Path, trusted: bool, linear: bool, out: _Problems) 
     elif rule_id is not None and path.suffix == ".toml" and path.stem != rule_id:
         out.add("id", f"must equal the file name ({path.stem!r})")
     kind = data.get("kind", "diagnosis")
-    if kind not in ("diagnosis", "fact"):
-        out.add("kind", "must be 'diagnosis' or 'fact'")
+    if kind not in ("diagnosis", "fact", "preflight"):
+        out.add("kind", "must be 'diagnosis', 'fact' or 'preflight'")
     title = out.need(data, "title", str)
     explanation = out.need(data, "explanation", str)
     rule = Rule(id=rule_id or path.stem, kind=kind, title=title or "", explanation=(explanation or "").strip(),
@@ -331,6 +260,8 @@ def _parse(data: dict, path: Path, trusted: bool, linear: bool, out: _Problems) 
     if kind == "fact":
         _fact_rule(data, rule, out)
     else:
+        if kind == "preflight":
+            _preflight_rule(data, rule, out)
         _diagnosis_rule(data, rule, out)
         rule.fixes = _fixes(data, out)
         if rule.severity in ("blocker", "warning") and not rule.fixes and isinstance(data.get("fixes", []), list):
@@ -436,6 +367,18 @@ def _fact_rule(data: dict, rule: Rule, out: _Problems) -> None:
             out.add(key, "is for diagnosis rules, not fact rules")
 
 
+def _preflight_rule(data: dict, rule: Rule, out: _Problems) -> None:
+    """A finding of `vllm-doctor check`: its check (preflight/) computes the numbers and picks it by id."""
+    for key in ("patterns", "anchors", "facts", "series", "phase", "checks", "when"):
+        if key in data:
+            out.add(key, "is for diagnosis and fact rules: a preflight check computes its numbers")
+    rule.names = out.strings(data, "names") or []
+    if "names" not in data:
+        out.add("names", "is missing: list the values the check gives the templates ([] for none)")
+    if "priority" not in data:
+        out.add("priority", "is missing: the startup stage it fails at (port 90 ... cache 50)")
+
+
 def _diagnosis_rule(data: dict, rule: Rule, out: _Problems) -> None:
     category = out.need(data, "category", str)
     if category is not None and not _ID.match(category):
@@ -448,7 +391,7 @@ def _diagnosis_rule(data: dict, rule: Rule, out: _Problems) -> None:
     if confidence not in CONFIDENCES:
         out.add("confidence", f"must be one of {', '.join(CONFIDENCES)}")
         confidence = "high"
-    if not rule.patterns and not rule.when and "patterns" not in data:
+    if rule.kind == "diagnosis" and not rule.patterns and not rule.when and "patterns" not in data:
         out.add("when", "a rule without patterns needs a condition to fire on")
     priority = data.get("priority", 50)
     if not isinstance(priority, int) or isinstance(priority, bool):

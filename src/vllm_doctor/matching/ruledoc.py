@@ -17,8 +17,10 @@ TAXONOMY = (
 
 def document(rule: Rule) -> str:
     out = [f"{rule.id}: {rule.title}", ""]
-    if rule.kind == "diagnosis":
+    if rule.kind != "fact":
         out.append(f"category {rule.category} · severity {rule.severity} · confidence {rule.confidence}")
+        if rule.kind == "preflight":
+            out.append(f"preflight finding (`vllm-doctor check`), at startup stage {rule.priority}")
         out.append(TAXONOMY)
     else:
         out.append("fact rule: fills facts, reports nothing by itself")
@@ -46,6 +48,8 @@ def document(rule: Rule) -> str:
         out.append("")
     if rule.kind == "diagnosis":
         out += numbers(rule)
+    if rule.names:
+        out += ["Numbers its check gives", "", "  " + ", ".join(rule.names), ""]
     if rule.fixes:
         out += ["Fixes, in order", ""]
         for i, f in enumerate(rule.fixes, 1):

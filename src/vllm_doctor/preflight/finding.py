@@ -1,22 +1,14 @@
-"""What a check says: findings (category, severity, numbers, fixes) or why it could not run."""
+"""What a check says: findings or why it could not run. A finding's texts are data: the check
+computes the numbers and names the rule (rules/preflight/<id>.toml, kind "preflight"), whose
+category, severity, title, summary and fixes are rendered from them as a diagnosis rule's are."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-# where in a start each failure happens, the earliest highest: the first blocker is the failure the
-# start would stop at. vLLM 0.6+ binds the port before it builds the engine config (max-model-len,
-# heads); the workers then bind CPUs, check free GPU memory, build the model (KV heads, vocab), load
-# the weights and size the KV cache.
-STAGE = {
-    "port-in-use": 90, "model-not-found": 88, "hf-auth": 87, "trust-remote-code": 86, "unsupported-architecture": 85,
-    "invalid-quantization": 82, "quantization-config-missing": 81,
-    "context-exceeds-max": 80, "config-validation": 80, "not-enough-gpus": 78, "cuda-driver": 76,
-    "unsupported-dtype": 74, "quantization-unsupported": 74, "gpu-memory-occupied": 70, "cpu-memory-utilization": 68,
-    "cpu-omp-numa-binding": 66, "tp-divisibility": 60, "shm": 58, "disk-full": 56, "weights-oom": 55,
-    "cpu-kvcache-exceeds-ram": 52, "cache-oom": 50,
-}  # fmt: skip
+from vllm_doctor.data import Rule
 
 
 class CannotRun(Exception):
@@ -41,20 +33,36 @@ class Finding:
     fixes: list[Fix] = field(default_factory=list)
     confidence: str = "high"
     check: str = ""  # the check's name, set by the runner
-    stage: int | None = None  # when in the start it would fail (default STAGE[category])
-
-    @property
-    def priority(self) -> int:
-        return self.stage if self.stage is not None else STAGE.get(self.category, 40)
+    priority: int = 40  # when in the start it would fail: the rule's priority, the earliest highest
+    rule: str = ""  # the rule it was rendered from
 
 
-def blocker(category: str, title: str, summary: str, numbers=None, fixes=None, confidence="high") -> Finding:
-    return Finding(category, "blocker", title, summary, dict(numbers or {}), list(fixes or []), confidence)
+@functools.cache
+def rules() -> dict[str, Rule]:
+    """The preflight rules by id (the built-in rules' cached load: matching/loader.py)."""
+    from vllm_doctor.matching.loader import load
+
+    return {r.id: r for r in load() if r.kind == "preflight"}
 
 
-def warning(category: str, title: str, summary: str, numbers=None, fixes=None, confidence="high") -> Finding:
-    return Finding(category, "warning", title, summary, dict(numbers or {}), list(fixes or []), confidence)
+def found(rule_id: str, numbers: dict[str, Any] | None = None, **words: Any) -> Finding:
+    """The finding of rule `rule_id`, rendered from `numbers` (reported) and `words` (texts and
+    values only the templates use). A summary that cannot be rendered is a bug of the check."""
+    from vllm_doctor.matching import expr
 
-
-def info(category: str, title: str, summary: str, numbers=None, fixes=None) -> Finding:
-    return Finding(category, "info", title, summary, dict(numbers or {}), list(fixes or []))
+    rule = rules()[rule_id]
+    values = {**(numbers or {}), **words}
+    summary = next((s for s in (expr.render(t, values) for t in rule.summary) if s is not None), None)
+    if summary is None:
+        raise ValueError(f"rule {rule_id}: no summary renders from {sorted(values)}")
+    fixes = []
+    for fix in rule.fixes:
+        if fix.when and not expr.Condition(fix.when)(values):
+            continue
+        for action, why, value in fix.variants():
+            texts = [expr.render(t, values) for t in (action, why, value or "")]
+            if None not in texts:
+                fixes.append(Fix(texts[0] or "", texts[1] or "", fix.flag, texts[2] or None))
+                break
+    return Finding(rule.category or "", rule.severity, rule.title, summary, dict(numbers or {}), fixes,
+                   rule.confidence, priority=rule.priority, rule=rule_id)  # fmt: skip

@@ -7,14 +7,13 @@ from __future__ import annotations
 import dataclasses
 
 from vllm_doctor.capacity import arithmetic as cap
-from vllm_doctor.capacity.arithmetic import GIB, fmt_int, fmt_size
+from vllm_doctor.capacity.arithmetic import GIB, fmt_size
 from vllm_doctor.capacity.shape import ModelShape
+from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.context import Context
-from vllm_doctor.preflight.finding import CannotRun, Finding, Fix, blocker, info, warning
+from vllm_doctor.preflight.finding import CannotRun, Finding, found
 
-# vLLM 0.32's CPU backend uses 128-token blocks: the lab's cache-oom-boundary refuses 8192 tokens in
-# 1 GiB at 131,072 B/token and offers 8064 = (64 - 1 null block) x 128
-CPU_BLOCK_SIZE = 128
+CPU_BLOCK_SIZE = tables.vllm("cpu_block_size")  # vLLM 0.32's CPU backend (rules/tables/preflight.toml)
 OVERHEAD_SPAN = 4 * cap.GB  # vLLM measures activation peak + non-torch + CUDA graphs at startup: 1-4 GB seen
 
 
@@ -59,21 +58,12 @@ def _cpu_fit(ctx: Context) -> list[Finding]:
     needed = cap.cdiv(length, block) * block * bpt  # as vLLM says it; the null block comes on top
     numbers = {"kv_cache_gib": space, "kv_bytes_per_token": bpt, "block_size": block, "blocks": blocks,
                "max_model_len": length, "fit_max_model_len": longest, "needed_gib": round(needed / GIB, 2)}  # fmt: skip
-    work = (f"VLLM_CPU_KVCACHE_SPACE {space:g} GiB / ({cap.kv_formula(shape, element, kv_dtype, ctx.args.tp)} = "
-            f"{fmt_int(bpt)} B/token x {block}-token blocks) = {fmt_int(blocks)} blocks, one held back")  # fmt: skip
+    words = {"kv_formula": cap.kv_formula(shape, element, kv_dtype, ctx.args.tp), "length_from": length_from}
     if longest >= length:
-        return [info("kv-capacity", "The KV cache holds one max-length sequence",
-                     f"{work}: the longest sequence is {fmt_int(longest)} tokens, {length_from} is {fmt_int(length)}.",
-                     numbers)]  # fmt: skip
-    fixes = [Fix(f"Lower --max-model-len to {longest}", "the longest sequence the cache holds", "--max-model-len",
-                 str(longest))] if longest else []  # fmt: skip
+        return [found("check-kv-cache-fits-cpu", numbers, **words)]
     with_null = needed + block * bpt
-    want = -(-with_null * 100 // GIB) / 100
-    fixes.append(Fix(f"Set VLLM_CPU_KVCACHE_SPACE={want:g}", f"one {fmt_int(length)}-token sequence and the null block "
-                     f"take {fmt_size(with_null, 'GiB')}", None, f"{want:g}"))  # fmt: skip
-    return [blocker("cache-oom", "The KV cache cannot hold one sequence of --max-model-len",
-                    f"{work}: the longest sequence is {fmt_int(longest)} tokens, below {length_from} "
-                    f"{fmt_int(length)} ({fmt_size(needed, 'GiB')} needed).", numbers, fixes)]  # fmt: skip
+    return [found("check-cache-oom-cpu", numbers, **words, needed_size=fmt_size(needed, "GiB"),
+                  kvcache_space_needed=-(-with_null * 100 // GIB) / 100, with_null_size=fmt_size(with_null, "GiB"))]  # fmt: skip
 
 
 def _gpu_fit(ctx: Context) -> list[Finding]:
@@ -107,48 +97,27 @@ def _gpu_verdict(ctx: Context, mp, length: int, length_from: str, total: float) 
                "weights_gib_per_gpu": round(b.weights_per_gpu / GIB, 2), "kv_cache_gib": round(b.cache_bytes / GIB, 2),
                "kv_bytes_per_token": b.bytes_per_token, "max_model_len": length,
                "fit_max_model_len": b.longest_sequence, "needed_gib": round(needed / GIB, 2)}  # fmt: skip
-    work = (f"{fmt_size(total, 'GiB')} x {util:.2f} - {fmt_size(b.weights_per_gpu, 'GiB')} weights per GPU = "
-            f"{fmt_size(b.cache_bytes, 'GiB')} for the KV cache before vLLM's own overheads")  # fmt: skip
+    words = {"length_from": length_from, "gpu_size": fmt_size(total, "GiB"), "needed_size": fmt_size(needed, "GiB"),
+             "weights_size": fmt_size(b.weights_per_gpu, "GiB"), "cache_size": fmt_size(b.cache_bytes, "GiB")}  # fmt: skip
     if b.cache_bytes > 0 and b.longest_sequence >= length:
         margin = b.cache_bytes - needed - b.block_size * b.bytes_per_token
-        text = f"{work}; one {fmt_int(length)}-token sequence ({length_from}) takes {fmt_size(needed, 'GiB')}"
         if margin < OVERHEAD_SPAN:
-            return warning("cache-oom", "One max-length sequence fits only if vLLM's overheads stay small",
-                           f"{text}: it fits only if the activation peak, non-torch memory and CUDA graphs stay "
-                           f"under {fmt_size(max(margin, 0), 'GiB')} (vLLM measures them at startup).", numbers,
-                           _fit_fixes(ctx, mp, length, total), confidence="low")  # fmt: skip
-        return info("kv-capacity", "Weights and one max-length sequence fit",
-                    f"{text}; {fmt_int(b.tokens)} tokens fit ({fmt_int(b.sequences(length))} sequences at full length).",
-                    numbers)  # fmt: skip
-    if b.weights_per_gpu >= total * util:
-        return blocker("weights-oom", "The weights alone do not fit in --gpu-memory-utilization of each GPU",
-                       f"{work}: the weights take {fmt_size(b.weights_per_gpu, 'GiB')} per GPU.", numbers,
-                       _fit_fixes(ctx, mp, length, total))  # fmt: skip
-    return blocker("cache-oom", "The KV cache cannot hold one sequence of --max-model-len",
-                   f"{work}: the longest sequence is {fmt_int(b.longest_sequence)} tokens, below {length_from} "
-                   f"{fmt_int(length)} ({fmt_size(needed, 'GiB')} needed).", numbers,
-                   _fit_fixes(ctx, mp, length, total))  # fmt: skip
+            return found("check-cache-oom-tight", numbers, **words, **_fix_values(ctx, mp, length, total),
+                         margin_size=fmt_size(max(margin, 0), "GiB"))  # fmt: skip
+        return found("check-kv-cache-fits-gpu", numbers, **words, kv_tokens=b.tokens, sequences=b.sequences(length))
+    rule = "check-weights-oom" if b.weights_per_gpu >= total * util else "check-cache-oom-gpu"
+    return found(rule, numbers, **words, **_fix_values(ctx, mp, length, total))
 
 
-def _fit_fixes(ctx: Context, mp, length: int, total: float) -> list[Fix]:
+def _fix_values(ctx: Context, mp, length: int, total: float) -> dict:
+    """The numbers the fit rules' fixes offer; one left out (None) drops its fix."""
     b = mp.budget
-    fixes = []
-    if 0 < b.longest_sequence < length:
-        fixes.append(Fix(f"Lower --max-model-len to {b.longest_sequence}", "the longest sequence the cache holds",
-                         "--max-model-len", str(b.longest_sequence)))  # fmt: skip
-    needed = b.bytes_for(1, length)
-    want = cap.utilization_needed(b.utilization, needed, total * b.utilization, total)
-    if b.utilization < want <= cap.SAFE_UTILIZATION:
-        fixes.append(Fix(f"Raise --gpu-memory-utilization to {want:.2f}", "the fraction at which the weights and one "
-                         "sequence fit (vLLM's overheads come on top)", "--gpu-memory-utilization", f"{want:.2f}"))  # fmt: skip
-    if (ctx.args.text("kv_cache_dtype") or "auto") == "auto" and not mp.shape.use_mla:
-        fixes.append(Fix("Use --kv-cache-dtype fp8", "halves the KV bytes per token", "--kv-cache-dtype", "fp8"))
+    want = cap.utilization_needed(b.utilization, b.bytes_for(1, length), total * b.utilization, total)
     tp = cap.smallest_tp_that_fits(mp.shape, mp.element_bytes, length, b.block_size, b.cache_bytes,
                                    b.weights_per_gpu, b.tp, mp.valid_tp_sizes)  # fmt: skip
-    if tp:
-        fixes.append(Fix(f"Use --tensor-parallel-size {tp}", f"each of {tp} GPUs holds 1/{tp} of the weights and its "
-                         "share of the KV heads", "--tensor-parallel-size", str(tp)))  # fmt: skip
-    return fixes
+    return {"utilization_needed": want if b.utilization < want <= cap.SAFE_UTILIZATION else None,
+            "kv_fp8_helps": (ctx.args.text("kv_cache_dtype") or "auto") == "auto" and not mp.shape.use_mla,
+            "tp_that_fits": tp or None}  # fmt: skip
 
 
 def context_limit(ctx: Context) -> list[Finding]:
@@ -162,19 +131,9 @@ def context_limit(ctx: Context) -> list[Finding]:
         raise CannotRun("config.json holds no maximum length (max_position_embeddings and the like)")
     rope = shape.rope_scaling or {}
     kind = str(rope.get("rope_type") or rope.get("type") or "default")
-    via = f" ({shape.max_len_key}" + (f", rope scaling {kind}" if kind != "default" else "") + ")"
     numbers = {"max_model_len": given, "derived_max_model_len": derived}
     if given <= derived:
         return []
-    text = f"--max-model-len {fmt_int(given)} is above the model's maximum {fmt_int(derived)}{via}"
-    if ctx.args.env_on("VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
-        return [warning("context-exceeds-max", "--max-model-len is above the model's maximum (allowed)",
-                        f"{text}; VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 lets it start, and outputs past "
-                        f"{fmt_int(derived)} tokens may be wrong.", numbers,
-                        [Fix(f"Lower --max-model-len to {derived}", "the length the model was trained for",
-                             "--max-model-len", str(derived))])]  # fmt: skip
-    return [blocker("context-exceeds-max", "--max-model-len is above the model's maximum",
-                    f"{text}: vLLM refuses it at startup.", numbers,
-                    [Fix(f"Lower --max-model-len to {derived}", "the model's maximum", "--max-model-len", str(derived)),
-                     Fix("Set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (only with rope scaling that supports it)",
-                         "vLLM then only warns; outputs past the trained length may be wrong")])]  # fmt: skip
+    allowed = ctx.args.env_on("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
+    return [found("check-context-above-max-allowed" if allowed else "check-context-above-max", numbers,
+                  max_len_key=shape.max_len_key, rope="" if kind == "default" else f", rope scaling {kind}")]  # fmt: skip

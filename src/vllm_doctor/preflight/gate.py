@@ -18,7 +18,7 @@ def lines(report) -> list[str]:
         if d.severity == "info":
             continue
         fix = f" First fix: {d.fixes[0].action}." if d.fixes else ""
-        out.append(f"{TAG} {d.severity}: {d.category} ({d.rule.removeprefix('check:')}): {d.summary}{fix}")
+        out.append(f"{TAG} {d.severity}: {d.category} ({d.rule}): {d.summary}{fix}")
     return out
 
 

@@ -8,19 +8,13 @@ from __future__ import annotations
 import re
 
 from vllm_doctor.capacity.gpu import GpuDevice, GpuProcess, headroom
-from vllm_doctor.preflight import procfs
+from vllm_doctor.preflight import procfs, tables
 from vllm_doctor.preflight.args import from_cmdline
 from vllm_doctor.preflight.context import Context
-from vllm_doctor.preflight.finding import CannotRun, Finding, Fix, blocker, info, warning
+from vllm_doctor.preflight.finding import CannotRun, Finding, found
 from vllm_doctor.versions import version_tuple
 
 DEFAULT_UTILIZATION = 0.9
-# the lowest compute capability of each quantisation method (get_min_capability() in
-# vllm/model_executor/layers/quantization/<method>.py); fp8 below 8.9 runs weight-only through Marlin
-MIN_CAPABILITY = {
-    "awq": 75, "gptq": 60, "awq_marlin": 80, "gptq_marlin": 80, "marlin": 80, "fp8": 80, "bitsandbytes": 70,
-    "gguf": 60, "compressed-tensors": 70, "experts_int8": 80, "fbgemm_fp8": 80, "modelopt": 89, "mxfp4": 80,
-}  # fmt: skip
 
 
 def _who(p: GpuProcess) -> str:
@@ -47,15 +41,9 @@ def gpu_free(ctx: Context) -> list[Finding]:
         if d.free_mib >= d.total_mib * util:
             continue
         procs = ", ".join(_who(p) for p in d.processes) or "no process NVML can name (another container?)"
-        top = headroom(d)
-        out.append(blocker("gpu-memory-occupied", f"GPU {d.index} has less free memory than vLLM will ask for",
-                           f"GPU {d.index} {d.name}: {d.free_mib:,} of {d.total_mib:,} MiB free = "
-                           f"{d.free_mib / d.total_mib:.2f}, below --gpu-memory-utilization {util:.2f}; held by {procs}.",
-                           {"gpu": d.index, "free_mib": d.free_mib, "total_mib": d.total_mib,
-                            "gpu_memory_utilization": util, "max_utilization": top},
-                           [Fix(f"Lower --gpu-memory-utilization to {top:.2f}", "at most free/total, less a margin",
-                                "--gpu-memory-utilization", f"{top:.2f}"),
-                            Fix("Stop the processes that hold the memory (or use another GPU)", procs)]))  # fmt: skip
+        out.append(found("check-gpu-memory-held", {"gpu": d.index, "free_mib": d.free_mib, "total_mib": d.total_mib,
+                                                   "gpu_memory_utilization": util, "max_utilization": headroom(d)},
+                         gpu_name=d.name, free_fraction=d.free_mib / d.total_mib, holders=procs))  # fmt: skip
     return out
 
 
@@ -70,15 +58,11 @@ def other_servers(ctx: Context) -> list[Finding]:
         total = util + sum(f for _, f in theirs)
         listed = ", ".join(f"pid {pid} at {f:.2f}" for pid, f in theirs)
         numbers = {"gpu": d.index, "others": round(total - util, 2), "this": util, "sum": round(total, 2)}
-        text = f"GPU {d.index}: other vLLM servers ({listed}) and this one ({util:.2f}) add up to {total:.2f}"
         if total > 1.0:
             room = max(0.0, round(1.0 - (total - util) - 0.02, 2))
-            out.append(blocker("gpu-memory-occupied", "vLLM servers on one GPU ask for more than all of it",
-                               text + ": each takes its fraction of the whole card.", numbers,
-                               [Fix(f"Lower --gpu-memory-utilization to {room:.2f}", "what the others leave",
-                                    "--gpu-memory-utilization", f"{room:.2f}")]))  # fmt: skip
+            out.append(found("check-gpu-servers-oversubscribed", numbers, listed=listed, room=room))
         else:
-            out.append(info("gpu-memory-occupied", "Other vLLM servers share the GPU", text + ".", numbers))
+            out.append(found("check-gpu-shared-by-servers", numbers, listed=listed))
     return out
 
 
@@ -86,13 +70,13 @@ def _servers(d: GpuDevice) -> list[tuple[int, float]]:
     """(server pid, its --gpu-memory-utilization) for each vLLM server holding memory on the GPU, once
     each: the memory is held by its EngineCore or workers, whose command line is only a title, so the
     server is the nearest ancestor whose command line is `vllm serve ...`."""
-    found: dict[int, float] = {}
+    seen: dict[int, float] = {}
     for p in d.processes:
         server = _server_of(p.pid)
         if server is not None:
             pid, args = server
-            found[pid] = args.number("gpu_memory_utilization", DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION
-    return sorted(found.items())
+            seen[pid] = args.number("gpu_memory_utilization", DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION
+    return sorted(seen.items())
 
 
 def _server_of(pid: int, depth: int = 4):
@@ -128,16 +112,10 @@ def driver_verdict(torch: str, have: str, driver_version: str | None) -> list[Fi
         raise CannotRun(f"torch {torch} does not name its CUDA build (+cuXYZ)")
     major, minor = (int(x) for x in have.split(".")[:2])
     numbers = {"torch": torch, "torch_cuda": f"{built[0]}.{built[1]}", "driver": driver_version, "driver_cuda": have}
-    text = f"torch {torch} is built for CUDA {built[0]}.{built[1]}; driver {driver_version} supports up to {have}"
-    fix = [
-        Fix("Upgrade the NVIDIA driver, or install a torch built for this CUDA", f"the driver supports up to {have}")
-    ]
     if built[0] > major:
-        return [blocker("cuda-driver", "The driver is too old for the installed torch", text + ".", numbers, fix)]
+        return [found("check-driver-too-old", numbers)]
     if built > (major, minor):
-        return [warning("cuda-driver", "The driver is older than torch's CUDA", text + ": minor-version "
-                        "compatibility usually holds, but kernels that need the newer driver fail.", numbers, fix,
-                        confidence="medium")]  # fmt: skip
+        return [found("check-driver-older-than-torch", numbers)]
     return []
 
 
@@ -154,20 +132,16 @@ def capability(ctx: Context) -> list[Finding]:
     out = []
     dtype = (ctx.args.text("dtype") or "auto").lower()
     wants_bf16 = dtype in ("bfloat16", "bf16") or (dtype == "auto" and shape is not None and shape.dtype == "bfloat16")
-    if wants_bf16 and cc < 80:
-        old = version_tuple(ctx.vllm_version, unknown=(99,)) < (0, 9)  # before 0.9, auto did not fall back
-        explicit = dtype != "auto" or old
-        make = blocker if explicit else info
-        out.append(make("unsupported-dtype", "bfloat16 needs compute capability 8.0",
-                        f"GPU {d.index} {d.name} has compute capability {major}.{minor}"
-                        + ("" if explicit else "; vLLM 0.9+ falls back to float16 for --dtype auto") + ".",
-                        {"compute_capability": f"{major}.{minor}"},
-                        [Fix("Use --dtype half", "float16 runs on every CUDA GPU", "--dtype", "half")]))  # fmt: skip
+    where = {"gpu": d.index, "gpu_name": d.name}
+    need = tables.dtype_min_capability("bfloat16")
+    if wants_bf16 and need and cc < need:
+        since = version_tuple(tables.dtype_auto_fallback_since())
+        explicit = dtype != "auto" or version_tuple(ctx.vllm_version, unknown=(99,)) < since  # before: no fallback
+        out.append(found("check-bfloat16-unsupported" if explicit else "check-bfloat16-falls-back",
+                         {"compute_capability": f"{major}.{minor}"}, **where, min_capability=need))  # fmt: skip
     method = (ctx.args.text("quantization") or (shape.quant_method if shape else None) or "").lower()
-    need = MIN_CAPABILITY.get(method)
+    need = tables.min_capability(method)
     if need and cc < need:
-        out.append(blocker("quantization-unsupported", f"{method} needs compute capability {need / 10:.1f}",
-                           f"The quantization method {method} is not supported on GPU {d.index} {d.name}: minimum "
-                           f"capability {need}, current {cc}.", {"min_capability": need, "capability": cc},
-                           [Fix("Use a checkpoint quantised for this GPU (e.g. awq or gptq)", "its kernels run here")]))  # fmt: skip
+        out.append(found("check-quantization-capability", {"min_capability": need, "capability": cc}, **where,
+                         method=method))  # fmt: skip
     return out

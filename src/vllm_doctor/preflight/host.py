@@ -12,15 +12,16 @@ import socket
 from pathlib import Path
 
 from vllm_doctor.capacity.arithmetic import GIB, fmt_size
-from vllm_doctor.preflight import procfs
+from vllm_doctor.preflight import procfs, tables
 from vllm_doctor.preflight.context import Context
-from vllm_doctor.preflight.finding import CannotRun, Finding, Fix, blocker, info, warning
+from vllm_doctor.preflight.finding import CannotRun, Finding, found
 
 SHM = Path("/dev/shm")
-CONTAINER_SHM = 64 * 2**20  # Docker's and containerd's default --shm-size
-NOFILE_TARGET = 65535  # vLLM's set_ulimit() raises the soft limit to this, within the hard limit
-SWAP_RAISE, SWAP_WARN = 0.7, 0.4  # CacheConfig: swap x TP above these fractions of RAM raises / warns
-CPU_UTILIZATION = 0.92  # --gpu-memory-utilization's default on the CPU backend (vLLM 0.32)
+# vLLM's numbers, from rules/tables/preflight.toml (each with its source there)
+CONTAINER_SHM = tables.host("container_shm_mib") * 2**20
+NOFILE_TARGET = tables.vllm("nofile_target")
+SWAP_RAISE, SWAP_WARN = tables.vllm("swap_space_refuse"), tables.vllm("swap_space_warn")
+CPU_UTILIZATION = tables.vllm("cpu_gpu_memory_utilization")
 NODE0 = Path("/sys/devices/system/node/node0/meminfo")
 
 
@@ -33,15 +34,12 @@ def shm(ctx: Context) -> list[Finding]:
     size, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
     world = ctx.args.tp * ctx.args.pp
     numbers = {"shm_total_mib": size // 2**20, "shm_free_mib": free // 2**20, "ranks": world}
-    text = f"{SHM} is {fmt_size(size, 'MiB')} ({fmt_size(free, 'MiB')} free)"
+    words = {"shm": str(SHM), "shm_size": fmt_size(size, "MiB"), "shm_free_size": fmt_size(free, "MiB")}
     if world == 1:
-        return [info("shm", "/dev/shm (one rank: not needed for TP)", text + ".", numbers)]
+        return [found("check-shm-one-rank", numbers, **words)]
     if size > CONTAINER_SHM:
         return []
-    return [warning("shm", "/dev/shm is a container's default size", f"{text}, the container default, with "
-                    f"{world} ranks: NCCL and vLLM's shared-memory queues fail or crawl in it.", numbers,
-                    [Fix("Run the container with --ipc=host or --shm-size 16g (Kubernetes: an emptyDir with medium "
-                         "Memory at /dev/shm)", "the ranks talk through /dev/shm")])]  # fmt: skip
+    return [found("check-shm-container-default", numbers, **words)]
 
 
 def open_files(ctx: Context) -> list[Finding]:
@@ -49,13 +47,7 @@ def open_files(ctx: Context) -> list[Finding]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard >= NOFILE_TARGET:
         return []
-    found = warning("config-validation", "The open-files limit is below what vLLM asks for",
-                    f"ulimit -n is {soft} (hard {hard}); vLLM tries to raise it to {NOFILE_TARGET} and cannot: "
-                    "many connections then fail with 'Too many open files'.", {"soft": soft, "hard": hard},
-                    [Fix(f"Raise the hard limit (ulimit -Hn {NOFILE_TARGET}, docker --ulimit nofile={NOFILE_TARGET})",
-                         "every connection holds a file descriptor")])  # fmt: skip
-    found.stage = 30  # under load, not at startup
-    return [found]
+    return [found("check-open-files-limit", {"soft": soft, "hard": hard}, target=NOFILE_TARGET)]  # late: under load
 
 
 def _download_dir(ctx: Context) -> Path:
@@ -81,16 +73,12 @@ def disk_verdict(where: Path, size: float | None) -> list[Finding]:
     free = shutil.disk_usage(probe).free
     numbers = {"download_dir": str(where), "free_gib": round(free / GIB, 2)}
     if size is None:
-        return [info("disk-full", "Free disk for the download (checkpoint size unknown)",
-                     f"{fmt_size(free, 'GiB')} free at {where}; the checkpoint's size is unknown here (no safetensors "
-                     "metadata from the Hub).", numbers)]  # fmt: skip
+        return [found("check-disk-size-unknown", numbers, free_size=fmt_size(free, "GiB"))]
     numbers["checkpoint_gib"] = round(size / GIB, 2)
     if size <= free:
         return []
-    return [blocker("disk-full", "The checkpoint does not fit on the disk it downloads to",
-                    f"{fmt_size(size, 'GiB')} of safetensors, {fmt_size(free, 'GiB')} free at {where}.", numbers,
-                    [Fix("Point --download-dir (or HF_HOME) at a larger disk, or free space",
-                         f"{fmt_size(size - free, 'GiB')} more is needed")])]  # fmt: skip
+    return [found("check-disk-too-small", numbers, free_size=fmt_size(free, "GiB"),
+                  checkpoint_size=fmt_size(size, "GiB"), missing_size=fmt_size(size - free, "GiB"))]  # fmt: skip
 
 
 def _checkpoint_bytes(shape) -> float | None:
@@ -115,15 +103,9 @@ def port(ctx: Context) -> list[Finding]:
             if e.errno not in (errno.EADDRINUSE, errno.EACCES):
                 raise CannotRun(f"cannot test {host or '0.0.0.0'}:{number}: {e.strerror}") from None
             if e.errno == errno.EACCES:
-                return [blocker("port-in-use", "The port needs privileges", f"binding port {number} is not "
-                                "permitted for this user.", {"port": number},
-                                [Fix("Use --port 8000 (or any port above 1023)", "ports below 1024 need root")])]  # fmt: skip
+                return [found("check-port-privileged", {"port": number})]
     owner = procfs.describe(procfs.socket_owner(procfs.listening_inodes(number)))
-    return [blocker("port-in-use", "The port is already in use",
-                    f"{host or '0.0.0.0'}:{number} is taken by {owner}: the API server cannot bind it.",
-                    {"port": number, "host": host or "0.0.0.0"},
-                    [Fix(f"Use another --port (e.g. {number + 1}), or stop {owner}", "one listener per port",
-                         "--port", str(number + 1))])]  # fmt: skip
+    return [found("check-port-in-use", {"port": number, "host": host or "0.0.0.0"}, owner=owner, next_port=number + 1)]
 
 
 def host_ram(ctx: Context) -> list[Finding]:
@@ -138,20 +120,15 @@ def host_ram(ctx: Context) -> list[Finding]:
     swap = (ctx.args.number("swap_space", 0) or 0) * GIB * ctx.args.tp
     offload = (ctx.args.number("cpu_offload_gb", 0) or 0) * 1e9 * ctx.args.tp
     numbers = {"ram_total_gib": round(total / GIB, 2), "ram_available_gib": round(available / GIB, 2)}
+    sizes = {"swap_size": fmt_size(swap, "GiB"), "total_size": fmt_size(total, "GiB"), "refuse_pct": SWAP_RAISE * 100,
+             "warn_pct": SWAP_WARN * 100,
+             "offload_size": fmt_size(offload, "GiB"), "available_size": fmt_size(available, "GiB")}  # fmt: skip
     if swap > SWAP_RAISE * total:
-        out.append(blocker("config-validation", "--swap-space is too large for this host",
-                           f"--swap-space x TP = {fmt_size(swap, 'GiB')} is above 70% of {fmt_size(total, 'GiB')} RAM: "
-                           "vLLM refuses it ('Too large swap space').", numbers,
-                           [Fix("Lower --swap-space", "vLLM allows at most 70% of RAM", "--swap-space")]))  # fmt: skip
+        out.append(found("check-swap-space-too-large", numbers, **sizes))
     elif swap > SWAP_WARN * total:
-        out.append(warning("config-validation", "--swap-space takes much of the host's RAM",
-                           f"--swap-space x TP = {fmt_size(swap, 'GiB')} is above 40% of {fmt_size(total, 'GiB')} RAM.",
-                           numbers))  # fmt: skip
+        out.append(found("check-swap-space-large", numbers, **sizes))
     if offload and offload + swap > available:
-        out.append(blocker("config-validation", "--cpu-offload-gb does not fit in the host's free RAM",
-                           f"{fmt_size(offload, 'GiB')} offloaded + {fmt_size(swap, 'GiB')} swap, "
-                           f"{fmt_size(available, 'GiB')} available.", numbers,
-                           [Fix("Lower --cpu-offload-gb", "the offloaded weights live in host RAM", "--cpu-offload-gb")]))  # fmt: skip
+        out.append(found("check-cpu-offload-exceeds-ram", numbers, **sizes))
     return out
 
 
@@ -169,23 +146,18 @@ def _cpu_memory(ctx: Context, total: int, available: int) -> list[Finding]:
     node_total, node_free, where = _node0(total, available)
     space = ctx.args.env_number("VLLM_CPU_KVCACHE_SPACE")
     numbers = {"node_total_gib": round(node_total / GIB, 2), "node_free_gib": round(node_free / GIB, 2)}
+    words = {
+        "where": where,
+        "node_free_size": fmt_size(node_free, "GiB"),
+        "node_total_size": fmt_size(node_total, "GiB"),
+    }
     if space and space > 0:
-        want = space * GIB
-        if want <= node_free:
+        if space * GIB <= node_free:
             return []
-        return [blocker("cpu-kvcache-exceeds-ram", "VLLM_CPU_KVCACHE_SPACE is more than the memory free",
-                        f"VLLM_CPU_KVCACHE_SPACE={space:g} GiB; {where} has {fmt_size(node_free, 'GiB')} free of "
-                        f"{fmt_size(node_total, 'GiB')}.", {**numbers, "kv_cache_gib": space},
-                        [Fix(f"Set VLLM_CPU_KVCACHE_SPACE to at most {int(node_free // GIB)}", "the KV cache is "
-                             "allocated in the node's RAM", None, str(int(node_free // GIB)))])]  # fmt: skip
+        return [found("check-cpu-kvcache-exceeds-ram", {**numbers, "kv_cache_gib": space}, **words,
+                      kvcache_space_max=int(node_free // GIB))]  # fmt: skip
     util = ctx.args.number("gpu_memory_utilization", CPU_UTILIZATION) or CPU_UTILIZATION
     if node_free >= util * node_total:
         return []
-    top = int(node_free / node_total * 100) / 100
-    return [blocker("cpu-memory-utilization", "Less node memory is free than --gpu-memory-utilization reserves",
-                    f"{where}: {fmt_size(node_free, 'GiB')} free of {fmt_size(node_total, 'GiB')}, below "
-                    f"--gpu-memory-utilization {util:.2f} ({fmt_size(util * node_total, 'GiB')}): on the CPU backend "
-                    "it is the fraction of RAM reserved.", {**numbers, "gpu_memory_utilization": util},
-                    [Fix(f"Lower --gpu-memory-utilization to {top:.2f}, or set VLLM_CPU_KVCACHE_SPACE (GiB)",
-                         "at most the free fraction", "--gpu-memory-utilization", f"{top:.2f}")],
-                    confidence="medium")]  # MemFree: vLLM may count reclaimable memory as available too  # fmt: skip
+    return [found("check-cpu-memory-utilization", {**numbers, "gpu_memory_utilization": util}, **words,
+                  reserved_size=fmt_size(util * node_total, "GiB"), max_utilization=int(node_free / node_total * 100) / 100)]  # fmt: skip

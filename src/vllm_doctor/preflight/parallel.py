@@ -8,10 +8,11 @@ from pathlib import Path
 
 from vllm_doctor.capacity import arithmetic as cap
 from vllm_doctor.capacity.arithmetic import GIB, fmt_list, fmt_size
+from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.context import Context
-from vllm_doctor.preflight.finding import CannotRun, Finding, Fix, blocker, info
+from vllm_doctor.preflight.finding import CannotRun, Finding, found
 
-VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE: VocabParallelEmbedding pads to it, then splits by TP
+VOCAB_PADDING = tables.vllm("vocab_padding")  # DEFAULT_VOCAB_PADDING_SIZE (rules/tables/preflight.toml)
 NUMA_NODES = Path("/sys/devices/system/node")
 
 
@@ -32,27 +33,18 @@ def tp_shape(ctx: Context) -> list[Finding]:
     vocab = None if shape.use_mla else shape.vocab_size
     valid = _valid(ctx, heads, kv, vocab)
     numbers = {"tp": tp, "attention_heads": heads, "kv_heads": kv, "valid_tp_sizes": fmt_list(valid)}
-    fix = [Fix(f"Use a --tensor-parallel-size of {fmt_list(valid)}", "sizes that split every head and the vocabulary",
-               "--tensor-parallel-size", str(max([t for t in valid if t <= max(tp, 1)] or [1])))]  # fmt: skip
+    words = {"suggested_tp": max([t for t in valid if t <= max(tp, 1)] or [1]), "vocab_size": vocab,
+             "vocab_padding": VOCAB_PADDING}  # fmt: skip
     out = []
     if heads and heads % tp:
-        out.append(blocker("tp-divisibility", "--tensor-parallel-size does not divide the attention heads",
-                           f"{heads} attention heads are not divisible by --tensor-parallel-size {tp}.", numbers, fix))  # fmt: skip
-        out[-1].stage = 80  # ModelConfig.verify_with_parallel_config, before any worker starts
+        out.append(found("check-tp-heads", numbers, **words))  # ModelConfig.verify_with_parallel_config
     elif not cap.tp_ok(tp, None, kv):
-        out.append(blocker("tp-divisibility", "--tensor-parallel-size does not split the KV heads",
-                           f"{kv} KV heads and --tensor-parallel-size {tp}: neither divides the other (each worker "
-                           "asserts it while building the model).", numbers, fix))  # fmt: skip
+        out.append(found("check-tp-kv-heads", numbers, **words))
     elif vocab and _padded(vocab) % tp:
         numbers["padded_vocab"] = _padded(vocab)
-        out.append(blocker("tp-divisibility", "--tensor-parallel-size does not split the padded vocabulary",
-                           f"vocab_size {vocab} padded to {_padded(vocab)} (a multiple of {VOCAB_PADDING}) is not "
-                           f"divisible by --tensor-parallel-size {tp}.", numbers, fix))  # fmt: skip
+        out.append(found("check-tp-vocab", numbers, **words))
     if pp > shape.layers:
-        out.append(blocker("config-validation", "--pipeline-parallel-size is above the layer count",
-                           f"{shape.layers} layers cannot be split into {pp} pipeline stages.",
-                           {"pp": pp, "layers": shape.layers},
-                           [Fix(f"Use --pipeline-parallel-size {shape.layers} or less", "each stage needs a layer")]))  # fmt: skip
+        out.append(found("check-pp-layers", {"pp": pp, "layers": shape.layers}))
     return out
 
 
@@ -66,11 +58,8 @@ def tp_devices(ctx: Context) -> list[Finding]:
         return []
     seen = ctx.args.env.get("CUDA_VISIBLE_DEVICES")
     where = f" (CUDA_VISIBLE_DEVICES={seen})" if seen is not None else ""
-    return [blocker("not-enough-gpus", "More GPUs asked for than are visible",
-                    f"--tensor-parallel-size {ctx.args.tp} x --pipeline-parallel-size {ctx.args.pp} needs {world} GPUs; "
-                    f"{len(gpus)} visible{where}.", {"needed": world, "visible": len(gpus)},
-                    [Fix(f"Use --tensor-parallel-size {len(gpus)} or less", "one rank per visible GPU",
-                         "--tensor-parallel-size", str(len(gpus)))])]  # fmt: skip
+    return [found("check-not-enough-gpus", {"needed": world, "visible": len(gpus)}, tp=ctx.args.tp, pp=ctx.args.pp,
+                  where_visible=where)]  # fmt: skip
 
 
 def _numa(ctx: Context, world: int) -> list[Finding]:
@@ -84,11 +73,7 @@ def _numa(ctx: Context, world: int) -> list[Finding]:
         raise CannotRun(f"{NUMA_NODES} is not readable: the NUMA node count is unknown")
     if nodes >= world:
         return []
-    return [blocker("cpu-omp-numa-binding", "The CPU backend binds one NUMA node per rank",
-                    f"--tensor-parallel-size {ctx.args.tp} with VLLM_CPU_OMP_THREADS_BIND=auto needs {world} NUMA "
-                    f"nodes; this machine has {nodes}.", {"ranks": world, "numa_nodes": nodes},
-                    [Fix("Set VLLM_CPU_OMP_THREADS_BIND=nobind (or list the cores per rank)",
-                         "auto-binding gives each rank its own NUMA node")])]  # fmt: skip
+    return [found("check-cpu-numa-nodes", {"ranks": world, "numa_nodes": nodes}, tp=ctx.args.tp)]
 
 
 def tp_needed(ctx: Context) -> list[Finding]:
@@ -102,7 +87,5 @@ def tp_needed(ctx: Context) -> list[Finding]:
     util = ctx.args.number("gpu_memory_utilization", 0.9) or 0.9
     if weights >= card * util / 2:
         return []
-    return [info("kv-capacity", "The weights would fit on one GPU",
-                 f"{fmt_size(weights, 'GiB')} of weights on a {fmt_size(card, 'GiB')} card: TP {ctx.args.tp} buys KV "
-                 "cache room at the cost of all-reduces; replicas (one per GPU) may serve more.",
-                 {"weights_gib": round(weights / GIB, 2), "gpu_gib": round(card / GIB, 2)})]  # fmt: skip
+    return [found("check-tp-not-needed", {"weights_gib": round(weights / GIB, 2), "gpu_gib": round(card / GIB, 2)},
+                  tp=ctx.args.tp, weights_size=fmt_size(weights, "GiB"), gpu_size=fmt_size(card, "GiB"))]  # fmt: skip

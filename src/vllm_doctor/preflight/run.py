@@ -12,7 +12,7 @@ from vllm_doctor.errors import DoctorError
 from vllm_doctor.preflight.args import ServeArgs
 from vllm_doctor.preflight.checks import BY_NAME, CHECKS
 from vllm_doctor.preflight.context import Context
-from vllm_doctor.preflight.finding import CannotRun, Finding
+from vllm_doctor.preflight.finding import CannotRun, Finding, rules
 
 SECRET_NAMES = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 MASK = "[REDACTED]"
@@ -78,8 +78,10 @@ def headline(outcome: Outcome) -> str:
 
 def _diagnosis(f: Finding) -> Diagnosis:
     fixes = [FixOut(i, x.action, x.flag, x.value, x.why) for i, x in enumerate(f.fixes, 1)]
-    return Diagnosis(rule=f"check:{f.check}", category=f.category, severity=f.severity, confidence=f.confidence,
-                     title=f.title, summary=f.summary, explanation="", evidence=[], numbers=f.numbers, fixes=fixes,
+    rule = rules().get(f.rule)  # `vllm-doctor rules show ID` documents it
+    return Diagnosis(rule=f.rule, category=f.category, severity=f.severity,
+                     confidence=f.confidence, title=f.title, summary=f.summary,
+                     explanation=rule.explanation if rule else "", evidence=[], numbers=f.numbers, fixes=fixes,
                      priority=f.priority)  # fmt: skip
 
 
