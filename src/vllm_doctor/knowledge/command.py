@@ -18,9 +18,6 @@ from vllm_doctor.knowledge.facts import Facts
 _POSITIONAL = ("model_tag", "model")  # the model: `vllm serve MODEL`, never a flag
 _FLAG_FORMS = ("-",)  # a pasted command's flags
 _DICT_FORMS = ("{",)  # non-default args (and a wrapper's printed config dict)
-# vllm serve's short flags, written out so that a fix replaces them instead of adding a second one
-_SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
-          "-q": "--quantization"}  # fmt: skip
 
 
 def arguments(facts: Facts) -> tuple[str | None, list[tuple[str, str | None]]] | None:
@@ -66,28 +63,16 @@ def _from_dict(blob: str) -> tuple[str | None, list[tuple[str, str | None]]] | N
 
 
 def _from_flags(text: str) -> tuple[str | None, list[tuple[str, str | None]]]:
+    from vllm_doctor import serveargs
+
     try:
         words = shlex.split(text)
     except ValueError:  # an unclosed quote in a paste
         words = text.split()
-    model = None
-    items: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(words):
-        word = words[i]
-        i += 1
-        if not word.startswith("-") or word in ("\\", "-", "--"):
-            continue
-        flag, eq, value = word.partition("=")
-        flag = _SHORT.get(flag) or ("--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag)
-        if not eq:
-            value = ""
-            if i < len(words) and not words[i].startswith("-"):
-                value, i = words[i], i + 1
-        if flag == "--model" and value:
-            model = value
-            continue
-        items.append((flag, shlex.quote(value) if value else None))
+    words = serveargs.server_words(words) or words  # from after `vllm serve`, where it was pasted whole
+    positional, given = serveargs.items(words)
+    model = next((v for name, v in given if name == "model" and v), None) or positional
+    items = [("--" + name.replace("_", "-"), shlex.quote(v) if v else None) for name, v in given if name != "model"]
     return model, items
 
 

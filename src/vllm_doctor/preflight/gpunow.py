@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
+from vllm_doctor.capacity import colocated
 from vllm_doctor.capacity.gpu import GpuDevice, GpuProcess, headroom
-from vllm_doctor.preflight import procfs, tables
-from vllm_doctor.preflight.args import from_cmdline
+from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, found
 from vllm_doctor.versions import version_tuple
@@ -18,17 +18,16 @@ DEFAULT_UTILIZATION = 0.9
 
 
 def _who(p: GpuProcess) -> str:
-    words = procfs.cmdline(p.pid) or []
-    text = " ".join(words)
+    """A process on the GPU, named: a vLLM server, its EngineCore (or one left over), a worker."""
+    text = " ".join(colocated.cmdline(p.pid) or [])
     name = p.name
     if "EngineCore" in name or "EngineCore" in text:
-        orphan = procfs.parent(p.pid) == 1
+        orphan = colocated.parent(p.pid) == 1
         name = "a vLLM EngineCore" + (" left over from a server that is gone (its parent is init)" if orphan else "")
-    elif from_cmdline(words):
+    elif p.server_pid == p.pid:
         name = "a vLLM server"
-    if "EngineCore" in name or "Worker" in text:
-        server = _server_of(p.pid)
-        name += f" of the server pid {server[0]}" if server and server[0] != p.pid else ""
+    if ("EngineCore" in name or "Worker" in text) and p.server_pid not in (None, p.pid):
+        name += f" of the server pid {p.server_pid}"
     used = "?" if p.used_mib is None else f"{p.used_mib:,}"
     return f"pid {p.pid} {name} ({used} MiB)"
 
@@ -68,27 +67,10 @@ def other_servers(ctx: Context) -> list[Finding]:
 
 def _servers(d: GpuDevice) -> list[tuple[int, float]]:
     """(server pid, its --gpu-memory-utilization) for each vLLM server holding memory on the GPU, once
-    each: the memory is held by its EngineCore or workers, whose command line is only a title, so the
-    server is the nearest ancestor whose command line is `vllm serve ...`."""
-    seen: dict[int, float] = {}
-    for p in d.processes:
-        server = _server_of(p.pid)
-        if server is not None:
-            pid, args = server
-            seen[pid] = args.number("gpu_memory_utilization", DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION
-    return sorted(seen.items())
-
-
-def _server_of(pid: int, depth: int = 4):
-    for _ in range(depth):
-        args = from_cmdline(procfs.cmdline(pid) or [])
-        if args is not None:
-            return pid, args
-        up = procfs.parent(pid)
-        if up is None or up <= 1:
-            return None
-        pid = up
-    return None
+    each: the memory is held by its EngineCore or workers, whose server the snapshot names
+    (capacity/colocated.py: the nearest ancestor whose command line is `vllm serve ...`)."""
+    seen = {p.server_pid: p.server_utilization for p in d.processes if p.server_pid is not None}
+    return sorted((pid, util if util is not None else DEFAULT_UTILIZATION) for pid, util in seen.items())
 
 
 def _cuda_of_torch(version: str) -> tuple[int, int] | None:

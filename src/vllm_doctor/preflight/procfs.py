@@ -4,27 +4,10 @@ Each answer is None where /proc does not say (another user's process, no procfs)
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-PROC = Path("/proc")
+from vllm_doctor.capacity.colocated import PROC, cmdline
+
 LISTEN = "0A"  # the TCP state of a listening socket in /proc/net/tcp
-
-
-def cmdline(pid: int) -> list[str] | None:
-    try:
-        raw = (PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        return None
-    return [w.decode(errors="replace") for w in raw.split(b"\0") if w] or None
-
-
-def parent(pid: int) -> int | None:
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()  # after the name, which may hold spaces
-    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
 def listening_inodes(port: int) -> set[str]:
