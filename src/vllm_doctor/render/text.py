@@ -65,6 +65,7 @@ DROPS = (
 )
 FIXES_KEPT = 3  # fixes a diagnosis keeps under "later fixes"
 _KIND = {"blocker": "blocker", "warning": "warning", "info": "note"}
+SHORTENED = "(shortened to fit the terminal: -v shows everything)"  # the last line when DROPS gave up a part
 
 
 def render(report: Report, redact: bool = True, verbosity: int = 0) -> str:
@@ -216,7 +217,7 @@ class _Screen:
         """Without -v: a --model/--config that could not be read, this machine's GPUs when they
         inform the fixes, and what -v adds."""
         if self.drop:  # cut to fit the terminal: the last line says where the rest is
-            self.say("(shortened to fit the terminal: -v shows everything)", "dim")
+            self.say(SHORTENED, "dim")
             return
         gpu = report.facts.get("gpu") or {}
         shape = report.facts.get("model_shape") or {}
