@@ -120,8 +120,7 @@ def serve(
     """Run vllm serve, pass its output through, and on a bad exit write a diagnosed incident report.
 
     Exits with vLLM's own status (128 + N when a signal N ended it); 1 when --preflight strict refuses;
-    2 when --strict-rules refuses a bad --rules file (else it is one warning, and the other rules run).
-    """
+    2 when --strict-rules refuses a bad --rules file (else it is one warning, and the other rules run)."""
     from vllm_doctor.preflight.gate import before_serve
     from vllm_doctor.serve import ServeOptions, run
 
@@ -130,8 +129,7 @@ def serve(
     if not vllm_args:
         fail("give the model after --: vllm-doctor serve [OPTIONS] -- MODEL [vllm serve args]")
     rules = load_rules(list(rules_dirs), strict_rules) if rules_dirs else None  # before the child starts
-    refused = before_serve(list(vllm_args), preflight.value)
-    if refused is not None:
+    if (refused := before_serve(list(vllm_args), preflight.value)) is not None:
         raise typer.Exit(refused)
     outcome = run(
         ServeOptions(
