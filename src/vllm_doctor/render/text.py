@@ -191,7 +191,7 @@ class _Screen:
             if i and "others brief" in self.drop:
                 if not brief:
                     self.blank()
-                brief = self.hidden = True
+                brief, self.hidden = True, True
                 self.say(
                     d.title, "bold", indent=2, head=f" {d.severity.upper()} ", head_style=_STYLE[d.severity], gap=1
                 )
@@ -205,7 +205,7 @@ class _Screen:
         return i > 0 and ("others counted" in self.drop or ("notes" in self.drop and d.severity == "info"))
 
     def also(self, report: Report) -> None:
-        """ "also: 1 warning, 2 notes, -v shows them": the diagnoses folded to fit the height."""
+        """The diagnoses folded to fit the height, counted: "also: 1 warning, 2 notes, -v shows them"."""
         folded = [d for i, d in enumerate(report.diagnoses) if self.folded(i, d)]
         if not folded:
             return
@@ -215,19 +215,21 @@ class _Screen:
 
     def tail(self, report: Report) -> None:
         """Without -v: a --model/--config that could not be read, this machine's GPUs when they
-        inform the fixes, and what -v adds."""
-        if self.drop:  # cut to fit the terminal: the last line says where the rest is
-            self.say(SHORTENED, "dim")
-            return
+        inform the fixes (both context, given up to fit the height), and what -v adds."""
         gpu = report.facts.get("gpu") or {}
         shape = report.facts.get("model_shape") or {}
-        if shape.get("note") and shape.get("name") != report.facts.get("model"):  # --model/--config failed
-            self.blank()
-            self.say(model_line(report) or "", "dim", indent=2, lead=0)
-        if gpu.get("available") and gpu.get("this_host"):  # this machine's GPUs inform the fixes
-            self.blank()
-            for g in gpu_lines(gpu):
-                self.say(g, "dim", indent=2, lead=0)
+        ours = bool(gpu.get("available") and gpu.get("this_host"))  # this machine's GPUs inform the fixes
+        if "context" not in self.drop:
+            if shape.get("note") and shape.get("name") != report.facts.get("model"):  # --model/--config failed
+                self.blank()
+                self.say(model_line(report) or "", "dim", indent=2, lead=0)
+            if ours:
+                self.blank()
+                for g in gpu_lines(gpu):
+                    self.say(g, "dim", indent=2, lead=0)
+        if self.drop:  # cut to fit the terminal: the last line says where the rest is
+            self.say(SHORTENED, "dim")
+        elif ours:
             self.say("(-v: every reason, number and evidence line, and the model)", "dim")
         elif self.hidden or model_line(report) or work_rows(report) or gpu:
             self.say("(-v: every reason, number and evidence line, the model and the GPUs)", "dim")
