@@ -175,3 +175,17 @@ def test_evidence_is_cut_with_an_ellipsis_and_shown_once(tmux):
     assert any(r.endswith("…") for r in evidence)
     messages = [r.split("  ", 2)[-1][:40] for r in evidence]
     assert len(messages) == len(set(messages))  # the engine's and the API server's copy: once
+
+
+def test_a_pipe_gets_everything_in_colour_too():
+    """--color always (FORCE_COLOR) makes rich treat a pipe as a terminal: the height stays a
+    terminal's business, and the pipe gets the whole report."""
+    log = LAB / "queue-saturation.log"
+    out = subprocess.run(
+        [sys.executable, "-m", "vllm_doctor", "explain", str(log), "--no-gpu", "--color", "always"],
+        capture_output=True, text=True, cwd=ROOT,
+        env={**os.environ, "COLUMNS": "80", "LINES": "24", "PYTHONPATH": str(ROOT / "src")},
+    ).stdout  # fmt: skip
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", out).rstrip("\n").split("\n")
+    assert "\x1b[" in out and SHORTENED not in plain
+    assert len(plain) == len(_piped(log, columns=80)) > 24

@@ -85,7 +85,7 @@ def show(report: Report, file: IO[str] | None = None, redact: bool = True, verbo
         report = masked(report)
     console = Console(file=file, highlight=False, soft_wrap=True, no_color="NO_COLOR" in os.environ, emoji=False)
     drop: tuple[str, ...] = ()
-    if console.is_terminal and verbosity == 0:  # the answer stays on the screen once the prompt returns
+    if verbosity == 0 and _tty(console):  # the answer stays on the screen once the prompt returns
         room = console.height - 2  # the typed command above, the prompt below
         for n in range(len(DROPS) + 1):  # the last step is printed even when it does not fit
             drop = DROPS[:n]
@@ -94,6 +94,14 @@ def show(report: Report, file: IO[str] | None = None, redact: bool = True, verbo
             if drawn.get().count("\n") <= room:
                 break
     _Screen(console, verbosity, drop).report(report)
+
+
+def _tty(console: Any) -> bool:
+    """A terminal itself, not one FORCE_COLOR (--color always) makes of a pipe: a pipe gets everything."""
+    try:
+        return bool(console.file.isatty())
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
 
 
 class _Screen:
