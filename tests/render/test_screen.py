@@ -10,6 +10,7 @@ under CI=true and are skipped elsewhere.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shlex
@@ -189,3 +190,46 @@ def test_a_pipe_gets_everything_in_colour_too():
     plain = re.sub(r"\x1b\[[0-9;]*m", "", out).rstrip("\n").split("\n")
     assert "\x1b[" in out and SHORTENED not in plain
     assert len(plain) == len(_piped(log, columns=80)) > 24
+
+
+class _Tty(io.StringIO):
+    """A terminal as rich and show() see one: isatty(), its size from COLUMNS and LINES."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _squeezed(text: str) -> str:
+    return "".join(text.split())
+
+
+def test_every_fixture_and_lab_report_keeps_its_answer_on_an_80x24_screen(monkeypatch):
+    """All of them, without tmux: the report fits 22 rows and still holds the verdict, the first
+    diagnosis's title and first fix, and the corrected command."""
+    from vllm_doctor import pipeline
+    from vllm_doctor.knowledge.checks import Options
+    from vllm_doctor.matching.loader import load
+    from vllm_doctor.render import text
+    from vllm_doctor.render.summary import corrected_command, headline
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("LINES", "24")
+    monkeypatch.setenv("NO_COLOR", "1")
+    rules, shortened = load(), 0
+    for log in sorted(FIXTURES.glob("logs/*/*.log")) + sorted(LAB.glob("*.log")):
+        report = pipeline.explain([str(log)], rules, Options(gpu=False))
+        screen = _Tty()
+        text.show(report, file=screen, redact=False)
+        rows = re.sub(r"\x1b\[[0-9;]*m", "", screen.getvalue()).rstrip("\n").split("\n")  # bold under NO_COLOR
+        assert len(rows) <= 22, (log, rows)
+        flat = _squeezed("".join(rows))  # what is printed, without the breaks wrapping made
+        assert flat.startswith(_squeezed(f"vllm-doctor: {headline(report)}")), (log, rows)
+        if not report.diagnoses:
+            continue
+        first, command = report.diagnoses[0], corrected_command(report, redact=False)
+        note = first.severity == "info" and not first.fixes  # a note is its summary alone
+        assert (note or _squeezed(first.title) in flat) and _squeezed(first.summary) in flat, (log, rows)
+        assert not first.fixes or _squeezed(f"1. {first.fixes[0].action}") in flat, (log, rows)
+        assert command is None or _squeezed(command[0]) in flat, (log, rows)
+        shortened += rows[-1] == text.SHORTENED
+    assert shortened >= 100  # the cut is exercised, not only the reports that fit as they are

@@ -62,6 +62,8 @@ DROPS = (
     "first evidence",  # the first diagnosis's evidence
     "first later fixes",  # the first diagnosis's fixes after the third
     "others counted",  # the diagnoses after the first: counted on the "also:" line
+    "first other fixes",  # the first diagnosis's fixes after the first (its corrected command stays)
+    "timeline",  # the starts and how the shown one ended: one line each, cut with "…"
 )
 FIXES_KEPT = 3  # fixes a diagnosis keeps under "later fixes"
 _KIND = {"blocker": "blocker", "warning": "warning", "info": "note"}
@@ -170,7 +172,10 @@ class _Screen:
         for w in report.warnings:
             self.say(w, indent=2, head="note:", head_style="yellow", lead=0, gap=1)
         for t in timeline(report):
-            self.say(t, "bold", indent=2)
+            if "timeline" in self.drop:
+                self.cut(t, "bold", 2, "", "")
+            else:
+                self.say(t, "bold", indent=2)
         for title, lines in earlier_lives(report):
             self.blank()
             self.say(title, "bold")
@@ -260,9 +265,9 @@ class _Screen:
         self.say(d.summary, indent=2)
         if d.fixes:
             self.say("Fixes, in order", "bold", indent=2)
-            kept = (
-                FIXES_KEPT if "first later fixes" in self.drop or ("later fixes" in self.drop and not first) else None
-            )
+            kept = 1 if "first other fixes" in self.drop else None
+            if kept is None and ("first later fixes" in self.drop or ("later fixes" in self.drop and not first)):
+                kept = FIXES_KEPT
             self.hidden |= kept is not None and len(d.fixes) > kept
             for n, f in enumerate(d.fixes[:kept]):
                 self.say(f.action, "bold", indent=7, head=f"{f.rank}. ")
