@@ -9,8 +9,8 @@ in one line as it appears (a wrapper error waits: its cause may be the next line
 the stream, or on Ctrl-C, the whole capture is diagnosed once more, with the model's config and the
 GPUs as explain uses them, and that is the report. A regular file named on the command line has
 no end, as `tail -f` reads it: at its end the follow looks again every POLL seconds (from the
-start when the file was truncated, as a copytruncate rotation does) until Ctrl-C or SIGTERM,
-which ends a pipe's follow the same way.
+start when the file was truncated, as a copytruncate rotation does) until Ctrl-C or SIGTERM
+(which end a pipe's follow the same way), and the report holds all the file holds by then.
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ def follow(fd: int, rules: list[Rule], options: Options, say: Callable[[str], No
                         look(interim)
         except KeyboardInterrupt:
             pass  # Ctrl-C (or SIGTERM) ends the stream: the report of what came
+        while tail and (chunk := os.read(fd, CHUNK)):  # what the file holds by now, read yet or not
+            capture.write(chunk)
         return look(options, final=True)
 
 
