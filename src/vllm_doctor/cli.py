@@ -167,7 +167,7 @@ def _follow(source: str, rules, options, fmt: str):
 
     stream, owned = open_input(source)
     try:
-        return follow(stream.fileno(), rules, options, lambda line: typer.echo(line, err=fmt != "text"))
+        return follow(stream.fileno(), rules, options, lambda line: typer.echo(line, err=fmt != "text"), source)
     finally:
         if owned:
             stream.close()

@@ -143,7 +143,11 @@ TargetLen = Annotated[
 ]
 FollowOpt = Annotated[
     bool,
-    typer.Option("--follow", help="Read one stream (- for stdin) as it arrives: a line per diagnosis as it appears."),
+    typer.Option(
+        "--follow",
+        help="Read one stream (- for stdin) as it arrives, a file as tail -f does (until Ctrl-C or SIGTERM): "
+        "a line per diagnosis as it appears, the report at the end.",
+    ),
 ]
 MetricsOpt = Annotated[
     Optional[list[str]],

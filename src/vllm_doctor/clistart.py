@@ -23,9 +23,11 @@ from vllm_doctor.cliopts import (
     OutputOpt,
     Preflight,
     RulesDirs,
+    StrictRules,
     TargetConcurrency,
     exit_code,
     fail,
+    load_rules,
     target,
 )
 
@@ -109,6 +111,7 @@ def serve(
     ] = False,
     no_redact: NoRedactOpt = False,
     rules_dirs: RulesDirs = [],  # noqa: B006
+    strict_rules: StrictRules = False,
     preflight: Annotated[
         Preflight,
         typer.Option("--preflight", help="Run `check` first: warn (and start), strict (refuse a blocker), off."),
@@ -116,8 +119,8 @@ def serve(
 ) -> None:
     """Run vllm serve, pass its output through, and on a bad exit write a diagnosed incident report.
 
-    Exits with vLLM's own status (128 + N when a signal N ended it); 1 when --preflight strict refuses.
-    """
+    Exits with vLLM's own status (128 + N when a signal N ended it); 1 when --preflight strict refuses;
+    2 when --strict-rules refuses a bad --rules file (else it is one warning, and the other rules run)."""
     from vllm_doctor.preflight.gate import before_serve
     from vllm_doctor.serve import ServeOptions, run
 
@@ -125,8 +128,8 @@ def serve(
         vllm_args = vllm_args[1:]
     if not vllm_args:
         fail("give the model after --: vllm-doctor serve [OPTIONS] -- MODEL [vllm serve args]")
-    refused = before_serve(list(vllm_args), preflight.value)
-    if refused is not None:
+    rules = load_rules(list(rules_dirs), strict_rules) if rules_dirs else None  # before the child starts
+    if (refused := before_serve(list(vllm_args), preflight.value)) is not None:
         raise typer.Exit(refused)
     outcome = run(
         ServeOptions(
@@ -140,7 +143,7 @@ def serve(
             watch=not no_watch,
             watch_samples=watch_samples,
             redact=not no_redact,
-            rules_dirs=list(rules_dirs),
+            rules=rules,
         )
     )
     raise typer.Exit(outcome.status)

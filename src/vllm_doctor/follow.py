@@ -1,21 +1,28 @@
-"""explain --follow: a stream that stays open (`kubectl logs -f … | vllm-doctor explain - --follow`)
-diagnosed as it arrives.
+"""explain --follow: a stream that stays open (`kubectl logs -f … | vllm-doctor explain - --follow`),
+or a log file a server is still writing (`vllm-doctor explain --follow server.log`), diagnosed as
+it arrives.
 
 Each chunk goes to a capture file and through the read stage (logread.ChunkLines over the rules'
 prefilter); once a chunk brings candidate lines, the capture is diagnosed again (at most once
 every INTERVAL seconds, and after INTERVAL of quiet), and each diagnosis not seen before is said
 in one line as it appears (a wrapper error waits: its cause may be the next line). At the end of
 the stream, or on Ctrl-C, the whole capture is diagnosed once more, with the model's config and the
-GPUs as explain uses them, and that is the report.
+GPUs as explain uses them, and that is the report. A regular file named on the command line has
+no end, as `tail -f` reads it: at its end the follow looks again every POLL seconds (from the
+start when the file was truncated, as a copytruncate rotation does) until Ctrl-C or SIGTERM
+(which end a pipe's follow the same way), and the report holds all the file holds by then.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import signal
+import stat
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from vllm_doctor.data import Report, Rule
@@ -23,10 +30,13 @@ from vllm_doctor.knowledge.checks import Options
 
 INTERVAL = 1.0  # seconds between diagnoses of the stream so far
 CHUNK = 1 << 16
+POLL = 0.25  # seconds between looks at a followed file's end for appended data
+GZIP = b"\x1f\x8b"  # a compressed log is read to its end: nothing is appended to one
 
 
-def follow(fd: int, rules: list[Rule], options: Options, say: Callable[[str], None]) -> Report:
-    """Read `fd` to its end (or Ctrl-C), saying each new diagnosis; the report of all of it."""
+def follow(fd: int, rules: list[Rule], options: Options, say: Callable[[str], None], name: str = "-") -> Report:
+    """Read `fd` to its end (or Ctrl-C, SIGTERM), saying each new diagnosis; the report of all of it.
+    A regular file named on the command line (not "-") is followed past its end, as `tail -f` does."""
     from vllm_doctor import pipeline
     from vllm_doctor.matching.engine import Engine
     from vllm_doctor.read.logread import ChunkLines
@@ -38,35 +48,76 @@ def follow(fd: int, rules: list[Rule], options: Options, say: Callable[[str], No
     interim = replace(options, lookup_model=False, offline=True)  # no Hub request per look
     lines = ChunkLines(Engine(rules).prefilter)
     seen: set[tuple[str, int]] = set()
+    tail = name != "-" and stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 2, 0) != GZIP
     with tempfile.NamedTemporaryFile(prefix="vllm-doctor-follow-", suffix=".log") as capture:
 
         def look(opts: Options, final: bool = False) -> Report:
             capture.flush()
             report = pipeline.explain([capture.name], rules, opts)
-            report.paths = ["-"]
+            report.paths = [name]
             if not final:  # the final report says it all
                 _announce(report, seen, say)
             return report
 
         due, last = False, 0.0
         try:
-            while True:
-                wait = max(0.0, last + INTERVAL - time.monotonic()) if due else None
-                if not select.select([fd], [], [], wait)[0]:
-                    last, due = time.monotonic(), False  # quiet after candidate lines: look now
-                    look(interim)
-                    continue
-                chunk = os.read(fd, CHUNK)
-                if not chunk:
-                    break
-                capture.write(chunk)
-                due = due or bool(lines.feed(chunk))
-                if due and time.monotonic() - last >= INTERVAL:
-                    last, due = time.monotonic(), False
-                    look(interim)
+            with _sigterm_interrupts():
+                while True:
+                    wait = max(0.0, last + INTERVAL - time.monotonic()) if due else None
+                    chunk = _next(fd, wait, tail)
+                    if chunk is None:
+                        last, due = time.monotonic(), False  # quiet after candidate lines: look now
+                        look(interim)
+                        continue
+                    if not chunk:
+                        break
+                    capture.write(chunk)
+                    due = due or bool(lines.feed(chunk))
+                    if due and time.monotonic() - last >= INTERVAL:
+                        last, due = time.monotonic(), False
+                        look(interim)
         except KeyboardInterrupt:
-            pass  # Ctrl-C ends the stream: the report of what came
+            pass  # Ctrl-C (or SIGTERM) ends the stream: the report of what came
+        while tail and (chunk := os.read(fd, CHUNK)):  # what the file holds by now, read yet or not
+            capture.write(chunk)
         return look(options, final=True)
+
+
+def _next(fd: int, wait: float | None, tail: bool) -> bytes | None:
+    """The next chunk; b"" at the stream's end; None when `wait` seconds pass without one. A
+    followed file has no end: at its end, look again every POLL seconds."""
+    if not tail:
+        return os.read(fd, CHUNK) if select.select([fd], [], [], wait)[0] else None
+    deadline = None if wait is None else time.monotonic() + wait
+    while True:
+        chunk = os.read(fd, CHUNK)
+        if chunk:
+            return chunk
+        if os.fstat(fd).st_size < os.lseek(fd, 0, os.SEEK_CUR):  # truncated: from its start, as tail -f
+            os.lseek(fd, 0, os.SEEK_SET)
+            continue
+        left = POLL if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            return None
+        time.sleep(min(POLL, left))
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM ends the follow as Ctrl-C does (the report of what came), then is as it was."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        before = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _announce(report: Report, seen: set[tuple[str, int]], say: Callable[[str], None]) -> None:

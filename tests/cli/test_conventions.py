@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -242,6 +243,45 @@ def test_follow_says_a_diagnosis_while_the_stream_is_open():
     out, err = p.communicate(timeout=60)
     assert p.returncode == 1 and out.startswith(b"vllm-doctor: failed: cache-oom")
     assert out.count(b"blocker cache-oom:") == 0  # said once, then the report
+
+
+APPEND = """
+import sys, time
+with open(sys.argv[1], "ab") as out:
+    for line in sys.stdin.buffer:  # slowly, the way a server writes its log
+        out.write(line)
+        out.flush()
+        time.sleep(0.005)
+"""
+
+
+def _append(log: Path, data: bytes) -> None:
+    """Another process appends `data` to `log` and is gone: the writer's end is not the log's end."""
+    subprocess.run([sys.executable, "-c", APPEND, str(log)], input=data, check=True, timeout=60)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_follow_reads_a_file_as_tail_f_until_interrupted(tmp_path, sig):
+    """`explain --follow server.log` while the server writes it: the diagnosis line comes while the
+    file grows, the end of the file (and of its writer) ends nothing, and Ctrl-C or SIGTERM
+    prints the report of everything appended, the part after the diagnosis too."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"")
+    lines = OOM.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, ln in enumerate(lines) if b"ValueError: To serve" in ln) + 1
+    p = start("explain", "--follow", log, "--no-gpu")
+    _append(log, b"".join(lines[:cut]))
+    said = _line_within(p.stdout, 20)
+    assert said.startswith(b"vllm-doctor: line ") and b"blocker cache-oom" in said, said
+    time.sleep(1)
+    assert p.poll() is None  # at the file's end, its writer gone: still following
+    _append(log, b"".join(lines[cut:]))  # the rest, written whole before the signal
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1, err
+    assert out.startswith(b"vllm-doctor: failed: cache-oom"), out  # the report, after the line said
+    assert b"%s (%d lines)" % (bytes(log), OOM.read_bytes().count(b"\n")) in out  # all of it, the rest too
+    assert b"Traceback" not in err
 
 
 def test_follow_needs_one_stream():

@@ -313,25 +313,63 @@ def test_watch_can_be_turned_off(tmp_path, fake_bin):
 # --------------------------------------------------------------------------------------------
 # vllm-doctor failing
 # --------------------------------------------------------------------------------------------
-def test_bad_rule_file_does_not_touch_the_server(tmp_path, fake_bin):
+def _bad_rules(tmp_path: Path) -> Path:
     bad = tmp_path / "rules"
     bad.mkdir()
     (bad / "broken.toml").write_text("id = [this is not toml\n")
+    return bad
+
+
+def test_bad_rule_file_is_one_warning_and_the_built_in_rules_still_run(tmp_path, fake_bin):
+    """As explain does: the bad file is named once on stderr, before the child's output (the
+    rules are loaded before it starts), and the exit diagnosis runs the built-in rules."""
     rc, out, err = run_serve(
-        tmp_path, fake_bin, "--rules", str(bad), FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1"
-    )
+        tmp_path, fake_bin, "--rules", str(_bad_rules(tmp_path)), FAKE_REPLAY=LAB / "tp-divisibility.log",
+        FAKE_END="exit:1",
+    )  # fmt: skip
     assert rc == 1
     direct = subprocess.run(
         [str(fake_bin), "serve", "m"], env=_env(FAKE_REPLAY=LAB / "tp-divisibility.log"), capture_output=True
     )
     assert out == direct.stdout
-    assert err.startswith(direct.stderr)
+    warning, rest = err.split(b"\n", 1)
+    assert b"broken.toml" in warning and b"skipped: the other rules run" in warning, warning
+    assert rest.startswith(direct.stderr)  # every byte of the server's stderr, after the one warning
+    assert err.count(b"broken.toml") == 1
+    assert b"live watch stopped" not in err and b"could not diagnose" not in err
     (d,) = report_dirs(tmp_path)
     assert (d / "server.log").read_bytes() == (LAB / "tp-divisibility.log").read_bytes()
-    assert "live watch stopped" in err.decode()
-    assert "could not diagnose" in err.decode()
     data = conforms((d / "report.json").read_text(), "serve-report-1")
-    assert data["serve"]["diagnosis_error"]
+    assert data["serve"]["diagnosis_error"] is None
+    assert data["diagnoses"][0]["category"] == "tp-divisibility"
+
+
+def test_bad_rule_file_leaves_the_live_watch_running(tmp_path, fake_bin):
+    rc, out, err = run_serve(
+        tmp_path,
+        fake_bin,
+        "--rules",
+        str(_bad_rules(tmp_path)),
+        FAKE_REPLAY=LAB / "queue-saturation.log",
+        FAKE_ALL_STDOUT=1,
+    )
+    assert rc == 0
+    assert out == (LAB / "queue-saturation.log").read_bytes()
+    warnings = [ln for ln in err.decode().splitlines() if "[vllm-doctor] warning" in ln]
+    assert len(warnings) == 1 and "queue-saturation" in warnings[0], err.decode()[-2000:]
+
+
+def test_strict_rules_refuses_before_the_child_starts(tmp_path, fake_bin):
+    started = tmp_path / "started"
+    vllm = tmp_path / "vllm-marked"
+    vllm.write_text(f'#!/bin/sh\ntouch "{started}"\nexec "{fake_bin}" "$@"\n')
+    vllm.chmod(0o755)
+    rc, out, err = run_serve(
+        tmp_path, vllm, "--strict-rules", "--rules", str(_bad_rules(tmp_path)), FAKE_REPLAY=LAB / "healthy.log"
+    )
+    assert rc == 2 and out == b""
+    assert len(err.decode().splitlines()) == 1 and "broken.toml" in err.decode(), err
+    assert not started.exists() and not report_dirs(tmp_path)
 
 
 def _in_process(tmp_path, fake_bin, monkeypatch, **fake):

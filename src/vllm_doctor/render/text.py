@@ -8,6 +8,11 @@ first fix's reason, two evidence lines, each message once); 1 (-v) every reason,
 line in full, every number with its meaning and unit, the model's shape, the capacity
 arithmetic, the GPUs.
 
+On a terminal the default view fits its height: when it would be taller than the screen less two
+rows (the typed command above, the prompt below), show() gives up the parts in DROPS, in order,
+at the first step that fits, and ends with a line that -v shows everything. A pipe or a file (-o)
+gets everything.
+
 Uses rich; colour follows NO_COLOR and turns off by itself when stdout is not a terminal.
 Secrets are masked (redact.report) unless redact=False: this text is what gets pasted into chat.
 """
@@ -42,6 +47,27 @@ _STYLE = {"blocker": "bold white on red", "warning": "bold black on yellow", "in
 _STATUS = {"failed": "bold red", "degraded": "bold yellow", "healthy": "bold green", "unknown": "bold"}
 EVIDENCE_SHOWN = 2  # evidence lines per diagnosis without -v
 CUT = "…"
+# What the default view gives up to fit a terminal's height, in order; each step keeps the ones
+# before it. Never given up: the verdict, the first diagnosis's title, summary and first fix (with
+# its reason), the corrected command.
+DROPS = (
+    "pictures",  # the memory bar and the sparklines
+    "notes",  # info diagnoses after the first: counted on one "also:" line
+    "evidence",  # one evidence line per diagnosis
+    "reasons",  # the reason of every fix but the first diagnosis's first
+    "later fixes",  # the fixes after the third of the diagnoses after the first
+    "their evidence",  # the evidence of the diagnoses after the first
+    "context",  # the input line, earlier starts' details, the capacity line, the model and GPUs
+    "others brief",  # the diagnoses after the first: badge and title, one line each
+    "first evidence",  # the first diagnosis's evidence
+    "first later fixes",  # the first diagnosis's fixes after the third
+    "others counted",  # the diagnoses after the first: counted on the "also:" line
+    "first other fixes",  # the first diagnosis's fixes after the first (its corrected command stays)
+    "timeline",  # the starts and how the shown one ended: one line each, cut with "…"
+)
+FIXES_KEPT = 3  # fixes a diagnosis keeps under "later fixes"
+_KIND = {"blocker": "blocker", "warning": "warning", "info": "note"}
+SHORTENED = "(shortened to fit the terminal: -v shows everything)"  # the last line when DROPS gave up a part
 
 
 def render(report: Report, redact: bool = True, verbosity: int = 0) -> str:
@@ -60,20 +86,33 @@ def show(report: Report, file: IO[str] | None = None, redact: bool = True, verbo
 
         report = masked(report)
     console = Console(file=file, highlight=False, soft_wrap=True, no_color="NO_COLOR" in os.environ, emoji=False)
-    pictures = True
-    if console.is_terminal and verbosity == 0:  # the verdict must stay on the first screen: pictures go first
-        with console.capture() as drawn:
-            _Screen(console, verbosity).report(report)
-        pictures = drawn.get().count("\n") <= console.height - 2  # the typed command above, the prompt below
-    _Screen(console, verbosity, pictures).report(report)
+    drop: tuple[str, ...] = ()
+    if verbosity == 0 and _tty(console):  # the answer stays on the screen once the prompt returns
+        room = console.height - 2  # the typed command above, the prompt below
+        for n in range(len(DROPS) + 1):  # the last step is printed even when it does not fit
+            drop = DROPS[:n]
+            with console.capture() as drawn:
+                _Screen(console, verbosity, drop).report(report)
+            if drawn.get().count("\n") <= room:
+                break
+    _Screen(console, verbosity, drop).report(report)
+
+
+def _tty(console: Any) -> bool:
+    """A terminal itself, not one FORCE_COLOR (--color always) makes of a pipe: a pipe gets everything."""
+    try:
+        return bool(console.file.isatty())
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
 
 
 class _Screen:
     """Prints wrapped paragraphs: a styled head, then text wrapped under a hanging indent."""
 
-    def __init__(self, console: Any, verbosity: int, pictures: bool = True):
+    def __init__(self, console: Any, verbosity: int, drop: tuple[str, ...] = ()):
         self.console = console
-        self.pictures = pictures  # the memory bar and sparklines (render/bars.py)
+        self.drop = frozenset(drop)  # the parts of DROPS given up to fit the terminal's height
+        self.pictures = "pictures" not in self.drop  # the memory bar and sparklines (render/bars.py)
         self.width = max(console.width, 20)
         self.verbose = verbosity > 0
         self.quiet = verbosity < 0
@@ -127,50 +166,88 @@ class _Screen:
         self.say(verdict, _STATUS.get(report.status, "bold"))
         if report.empty:
             return  # one line: the verdict (or there is nothing else to say)
-        self.say(describe_input(report), "dim")
+        context = "context" not in self.drop
+        if context:
+            self.say(describe_input(report), "dim")
         for w in report.warnings:
             self.say(w, indent=2, head="note:", head_style="yellow", lead=0, gap=1)
         for t in timeline(report):
-            self.say(t, "bold", indent=2)
+            if "timeline" in self.drop:
+                self.cut(t, "bold", 2, "", "")
+            else:
+                self.say(t, "bold", indent=2)
         for title, lines in earlier_lives(report):
             self.blank()
             self.say(title, "bold")
-            for line in lines:
+            for line in lines if context else []:
                 self.say(line, indent=2)
         if report.all_lifetimes and len(report.lifetimes) > 1:
             self.blank()
             self.say(f"Start #{report.shown} (shown in full):", "bold")
-        for i, d in enumerate(report.diagnoses):
-            self.blank()
-            self.diagnosis(
-                d, report, command=corrected_command(report, redact=False) if i == 0 else None
-            )  # masked above
+        self.diagnoses(report)
         cap = capacity_line(report)
-        if cap:
+        if cap and context:
             self.blank()
             self.say(cap, indent=2, head="Capacity", head_style="bold", lead=0, gap=2)
+        self.also(report)
         if self.verbose:
             self.work(report)
         else:
             self.tail(report)
 
+    def diagnoses(self, report: Report) -> None:
+        """Each diagnosis in full, or (after the first, to fit the height) one line each, or counted."""
+        brief = False
+        for i, d in enumerate(report.diagnoses):
+            if self.folded(i, d):
+                continue
+            if i and "others brief" in self.drop:
+                if not brief:
+                    self.blank()
+                brief, self.hidden = True, True
+                self.say(
+                    d.title, "bold", indent=2, head=f" {d.severity.upper()} ", head_style=_STYLE[d.severity], gap=1
+                )
+                continue
+            self.blank()
+            command = corrected_command(report, redact=False) if i == 0 else None  # masked in show()
+            self.diagnosis(d, report, command, first=i == 0)
+
+    def folded(self, i: int, d: Diagnosis) -> bool:
+        """A diagnosis after the first counted on the "also:" line instead of shown."""
+        return i > 0 and ("others counted" in self.drop or ("notes" in self.drop and d.severity == "info"))
+
+    def also(self, report: Report) -> None:
+        """The diagnoses folded to fit the height, counted: "also: 1 warning, 2 notes, -v shows them"."""
+        folded = [d for i, d in enumerate(report.diagnoses) if self.folded(i, d)]
+        if not folded:
+            return
+        counts = [(kind, sum(d.severity == severity for d in folded)) for severity, kind in _KIND.items()]
+        parts = [f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in counts if n]
+        self.say(f"also: {', '.join(parts)}, -v shows {'it' if len(folded) == 1 else 'them'}", "dim")
+
     def tail(self, report: Report) -> None:
         """Without -v: a --model/--config that could not be read, this machine's GPUs when they
-        inform the fixes, and what -v adds."""
+        inform the fixes (both context, given up to fit the height), and what -v adds."""
         gpu = report.facts.get("gpu") or {}
         shape = report.facts.get("model_shape") or {}
-        if shape.get("note") and shape.get("name") != report.facts.get("model"):  # --model/--config failed
-            self.blank()
-            self.say(model_line(report) or "", "dim", indent=2, lead=0)
-        if gpu.get("available") and gpu.get("this_host"):  # this machine's GPUs inform the fixes
-            self.blank()
-            for g in gpu_lines(gpu):
-                self.say(g, "dim", indent=2, lead=0)
+        ours = bool(gpu.get("available") and gpu.get("this_host"))  # this machine's GPUs inform the fixes
+        if "context" not in self.drop:
+            if shape.get("note") and shape.get("name") != report.facts.get("model"):  # --model/--config failed
+                self.blank()
+                self.say(model_line(report) or "", "dim", indent=2, lead=0)
+            if ours:
+                self.blank()
+                for g in gpu_lines(gpu):
+                    self.say(g, "dim", indent=2, lead=0)
+        if self.drop:  # cut to fit the terminal: the last line says where the rest is
+            self.say(SHORTENED, "dim")
+        elif ours:
             self.say("(-v: every reason, number and evidence line, and the model)", "dim")
         elif self.hidden or model_line(report) or work_rows(report) or gpu:
             self.say("(-v: every reason, number and evidence line, the model and the GPUs)", "dim")
 
-    def diagnosis(self, d: Diagnosis, report: Report, command: tuple[str, str] | None) -> None:
+    def diagnosis(self, d: Diagnosis, report: Report, command: tuple[str, str] | None, first: bool) -> None:
         if d.severity == "info" and not self.verbose and not d.fixes and not command:
             self.say(d.summary, indent=2, head=" INFO ", head_style=_STYLE["info"], gap=1)  # a note: one paragraph
             if self.pictures:
@@ -188,9 +265,13 @@ class _Screen:
         self.say(d.summary, indent=2)
         if d.fixes:
             self.say("Fixes, in order", "bold", indent=2)
-            for n, f in enumerate(d.fixes):
+            kept = 1 if "first other fixes" in self.drop else None
+            if kept is None and ("first later fixes" in self.drop or ("later fixes" in self.drop and not first)):
+                kept = FIXES_KEPT
+            self.hidden |= kept is not None and len(d.fixes) > kept
+            for n, f in enumerate(d.fixes[:kept]):
                 self.say(f.action, "bold", indent=7, head=f"{f.rank}. ")
-                if self.verbose or n == 0:
+                if self.verbose or (n == 0 and (first or "reasons" not in self.drop)):
                     self.say(f.why, "dim", indent=7)
                 else:
                     self.hidden = True
@@ -200,7 +281,8 @@ class _Screen:
                 self.console.print("    " + line, markup=False)  # never cut: it must paste whole
         if self.pictures:
             bars.show(self.console, report, d)  # the memory bar, the queue's sparklines: nothing without numbers
-        self.evidence(d, report)
+        if "first evidence" not in self.drop and (first or "their evidence" not in self.drop):
+            self.evidence(d, report)
         if self.verbose and d.numbers:
             self.say("Numbers", "bold", indent=2)
             for meaning, value in described(d.numbers):
@@ -213,7 +295,7 @@ class _Screen:
         if not lines:
             return
         self.say("Evidence", "bold", indent=2)
-        shown = lines if self.verbose else lines[:EVIDENCE_SHOWN]
+        shown = lines if self.verbose else lines[: 1 if "evidence" in self.drop else EVIDENCE_SHOWN]
         self.hidden |= len(shown) < len(d.evidence) or bool(d.context)
         context = d.context if self.verbose else []
         w = max(len(where(e, report)) for e in [*shown, *context])

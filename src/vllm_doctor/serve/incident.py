@@ -50,7 +50,7 @@ def finish(w: Wrapper) -> None:
         # the model's config.json from its directory or the HF cache (never the network: the
         # server has just died, the report should not wait), and the GPUs as they were at the exit
         options = Options(lookup_model=True, offline=True, gpu_snapshot=w.gpu_snapshot, this_host=True)
-        report = explain([str(w.capture_path)], load(list(opts.rules_dirs)), options)
+        report = explain([str(w.capture_path)], load() if opts.rules is None else opts.rules, options)
         report.paths = ["server.log"]
     except Exception as e:
         diag_error = f"{type(e).__name__}: {e}"

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_doctor.data import Rule  # dataclasses only: cheap
+
 TAG = "[vllm-doctor]"
 
 
@@ -22,7 +24,7 @@ class ServeOptions:
     watch: bool = True
     watch_samples: int = 3  # consecutive stats samples waiting with a near-full KV cache
     redact: bool = True
-    rules_dirs: list[Path] = field(default_factory=list)
+    rules: list[Rule] | None = None  # loaded before the child starts (--rules); None: the built-in ones
     stdout_fd: int = 1
     stderr_fd: int = 2
 

@@ -11,8 +11,8 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 
+from vllm_doctor.data import Rule
 from vllm_doctor.serve.options import TAG
 
 QUEUED = 4 << 20  # bytes waiting for the watch at most; past this, chunks are dropped
@@ -70,10 +70,10 @@ class ChunkQueue:
 
 
 class Watcher(threading.Thread):
-    def __init__(self, samples: int, rules_dirs: list[Path], notify: Callable[[str], None]):
+    def __init__(self, samples: int, rules: list[Rule] | None, notify: Callable[[str], None]):
         super().__init__(name="vllm-doctor-watch", daemon=True)
         self.samples = max(1, samples)
-        self.rules_dirs = rules_dirs
+        self.rules = rules  # None: the built-in rules, loaded in this thread (the child is not kept waiting)
         self.notify = notify  # called with one message (no newline) to print at a line boundary
         self.q = ChunkQueue()
         self.warned = False
@@ -112,7 +112,7 @@ class Watcher(threading.Thread):
         from vllm_doctor.matching.loader import load
         from vllm_doctor.read.logread import ChunkLines
 
-        rules = load(list(self.rules_dirs))
+        rules = load() if self.rules is None else self.rules
         engine = Engine(rules)
         reader = ChunkLines(engine.prefilter)
         facts = Facts()

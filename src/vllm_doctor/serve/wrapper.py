@@ -87,7 +87,7 @@ class Wrapper:
         }
         if opts.watch:
             try:
-                self.watcher = Watcher(opts.watch_samples, opts.rules_dirs, self.note)
+                self.watcher = Watcher(opts.watch_samples, opts.rules, self.note)
                 self.watcher.start()
                 sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
             except Exception as e:  # pragma: no cover - defensive
