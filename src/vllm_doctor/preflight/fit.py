@@ -75,7 +75,7 @@ def _gpu_fit(ctx: Context) -> list[Finding]:
     args = ctx.args
     dtype = args.text("dtype")
     req = planner.PlanRequest(
-        models=[args.model or ""], utilization=args.number("gpu_memory_utilization", 0.9) or 0.9,
+        models=[args.model or ""], utilization=args.utilization,
         max_model_len=length, tp=args.tp, kv_cache_dtype=args.text("kv_cache_dtype") or "auto",
         quantization=args.text("quantization"), dtype=None if dtype in (None, "auto") else dtype,
         block_size=args.integer("block_size") or cap.DEFAULT_BLOCK_SIZE, gpus=len(ctx.visible), offline=ctx.offline,
