@@ -7,13 +7,12 @@ from __future__ import annotations
 import dataclasses
 
 from vllm_doctor.capacity import arithmetic as cap
+from vllm_doctor.capacity import kvcache
 from vllm_doctor.capacity.arithmetic import GIB, fmt_size
 from vllm_doctor.capacity.shape import ModelShape
-from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, found
 
-CPU_BLOCK_SIZE = tables.vllm("cpu_block_size")  # vLLM 0.32's CPU backend (rules/tables/preflight.toml)
 OVERHEAD_SPAN = 4 * cap.GB  # vLLM measures activation peak + non-torch + CUDA graphs at startup: 1-4 GB seen
 
 
@@ -51,7 +50,7 @@ def _cpu_fit(ctx: Context) -> list[Finding]:
     cache = space * GIB
     element, kv_dtype = _element(ctx, shape)
     bpt = cap.kv_bytes_per_token(shape, element, ctx.args.tp)
-    block = ctx.args.integer("block_size") or CPU_BLOCK_SIZE
+    block = ctx.args.integer("block_size") or kvcache.CPU_BLOCK_SIZE
     length, length_from = max_len(ctx, shape)
     blocks = cap.blocks_that_fit(cache, bpt, block)
     longest = cap.largest_max_model_len(blocks, block)
