@@ -36,7 +36,7 @@ def resolve(fmt: str | None, output: str | None, default: str = "text") -> tuple
         return named, None
     path = Path(output) if output is not None else None
     if output == "":
-        raise DoctorError("-o: give a path (or a format: json, markdown, text)")
+        raise DoctorError(f"-o: give a path (or a format: {', '.join(sorted(set(FORMAT_NAMES.values())))})")
     if fmt is not None:
         return fmt, path
     if path is not None and path.suffix.lower() in SUFFIXES:

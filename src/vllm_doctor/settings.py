@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from vllm_doctor.errors import DoctorError
+from vllm_doctor.render import FORMATS  # the formats there are (cheap: data's dataclasses only)
 
 # key (config file) -> (variable, kind, allowed values)
 KEYS: dict[str, tuple[str, type, tuple[str, ...]]] = {
-    "format": ("VLLM_DOCTOR_FORMAT", str, ("text", "markdown", "json")),
+    "format": ("VLLM_DOCTOR_FORMAT", str, FORMATS),
     "fail-on": ("VLLM_DOCTOR_FAIL_ON", str, ("blocker", "warning")),
     "rules": ("VLLM_DOCTOR_RULES", list, ()),  # directories; the variable splits at os.pathsep
     "color": ("VLLM_DOCTOR_COLOR", str, ("auto", "always", "never")),

@@ -74,3 +74,16 @@ def test_capacity_imports_no_later_stage():
             for name in names:
                 if name.startswith("vllm_doctor"):
                     assert name.startswith(allowed), f"{path.name} imports {name}"
+
+
+def test_a_config_already_found_is_not_looked_up_again(tmp_path):
+    from vllm_doctor.capacity.hub import resolve
+
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text((CONFIGS / "llama-3-8b" / "config.json").read_text())
+    found = resolve(str(d))
+    (d / "config.json").unlink()  # a second lookup would find nothing now
+    s, note = modelcfg.load(str(d), resolved=found)
+    assert s is not None and s.kv_heads == 8 and note is None
+    assert modelcfg.load(str(d))[0] is None

@@ -136,8 +136,15 @@ def test_settings_precedence(tmp_path):
     assert settings.load({"XDG_CONFIG_HOME": str(xdg)}, tmp_path)["format"] == "markdown"  # the cwd's file first
 
 
+def test_every_format_the_renderers_have_is_a_setting_too():
+    from vllm_doctor.render import FORMATS
+
+    for fmt in FORMATS:  # html was a --format but not a VLLM_DOCTOR_FORMAT
+        assert settings.load({"VLLM_DOCTOR_FORMAT": fmt, "VLLM_DOCTOR_CONFIG": ""})["format"] == fmt
+
+
 @pytest.mark.parametrize(("variables", "text", "message"), [
-    ({"VLLM_DOCTOR_FORMAT": "xml"}, None, "VLLM_DOCTOR_FORMAT=xml: give text, markdown or json"),
+    ({"VLLM_DOCTOR_FORMAT": "xml"}, None, "VLLM_DOCTOR_FORMAT=xml: give text, markdown, json or html"),
     ({"VLLM_DOCTOR_TARGET_LEN": "0"}, None, "VLLM_DOCTOR_TARGET_LEN=0: give a whole number"),
     ({}, 'colour = "never"\n', "unknown key 'colour'"),
     ({}, "format = \n", "not valid TOML"),

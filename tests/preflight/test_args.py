@@ -42,3 +42,10 @@ def test_other_servers_from_their_command_lines():
     module = from_cmdline(["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"])
     assert module is not None and module.model == "m"
     assert from_cmdline(["python", "-m", "http.server", "8000"]) is None
+
+
+def test_the_utilization_is_the_flag_else_vllms_default():
+    from vllm_doctor.capacity.colocated import DEFAULT_UTILIZATION
+
+    assert parse(["m", "--gpu-memory-utilization", "0.5"], env={}).utilization == 0.5
+    assert parse(["m"], env={}).utilization == DEFAULT_UTILIZATION == 0.9  # vLLM's default, one constant

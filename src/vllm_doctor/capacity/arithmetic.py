@@ -26,7 +26,7 @@ UNITS = {
 }  # fmt: skip
 UNIT_NAMES = {"KIB": "KiB", "MIB": "MiB", "GIB": "GiB", "TIB": "TiB"}
 COUNT_SUFFIX = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
-DEFAULT_BLOCK_SIZE = 16  # vLLM's block size on CUDA
+DEFAULT_BLOCK_SIZE = kvcache.CUDA_BLOCK_SIZE  # vLLM's block size on CUDA
 SAFE_UTILIZATION = 0.95  # above this a startup failure becomes an out-of-memory error under traffic
 AGREEMENT_PCT = 10.0  # predicted and logged KV tokens "agree" within this
 

@@ -24,7 +24,9 @@ from vllm_doctor.capacity.shape import ModelShape
 from vllm_doctor.versions import version_tuple
 
 GIB = 2**30
-CPU_BLOCK_SIZE = 128  # platforms/cpu.py
+# platforms/cpu.py; the lab's cache-oom-boundary refuses 8192 tokens in 1 GiB at 131,072 B/token and offers
+# 8064 = (64 - 1 null block) x 128
+CPU_BLOCK_SIZE = 128
 CUDA_BLOCK_SIZE = 16
 MLA_BLOCK_SIZE = {"cpu": 16, "cuda": 64}  # CPU MLA backend forces 16; FlashMLA 64
 WINDOW_KINDS = ("sliding", "chunked")

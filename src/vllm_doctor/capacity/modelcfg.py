@@ -6,7 +6,7 @@ Nothing here raises past its callers except ConfigError, whose message is one li
 
 from __future__ import annotations
 
-from vllm_doctor.capacity.hub import resolve
+from vllm_doctor.capacity.hub import Resolved, resolve
 from vllm_doctor.capacity.params import fill_params
 from vllm_doctor.capacity.shape import ConfigError, ModelShape, shape_from_config
 
@@ -14,11 +14,16 @@ __all__ = ["ConfigError", "ModelShape", "load", "resolve"]
 
 
 def load(
-    ref: str | None, config_file: str | None = None, offline: bool = False, vllm_version: str | None = None
+    ref: str | None,
+    config_file: str | None = None,
+    offline: bool = False,
+    vllm_version: str | None = None,
+    resolved: Resolved | None = None,
 ) -> tuple[ModelShape | None, str | None]:
     """(shape, note): the model's shape with its parameter count, or None and the one-line reason.
+    `resolved`: the config.json hub.resolve already found for `ref` (not looked up again).
     Raises ConfigError only for an explicit --config that cannot be read."""
-    resolved = resolve(ref, config_file, offline)
+    resolved = resolved if resolved is not None else resolve(ref, config_file, offline)
     if resolved.config is None:
         return None, resolved.note
     try:

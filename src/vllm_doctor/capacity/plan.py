@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from vllm_doctor.capacity import arithmetic as cap
-from vllm_doctor.capacity import serving
+from vllm_doctor.capacity import kvcache, serving
 from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_list, fmt_size
 from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
 from vllm_doctor.capacity.shape import QUANT_DEFAULT_BITS, ConfigError, ModelShape
@@ -113,7 +113,7 @@ def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
     except ValueError as e:
         raise PlanError(str(e)) from None
     cpu = req.cpu_kvcache_space is not None
-    req = replace(req, block_size=req.block_size or (serving.CPU_BLOCK_SIZE if cpu else cap.DEFAULT_BLOCK_SIZE))
+    req = replace(req, block_size=req.block_size or (kvcache.CPU_BLOCK_SIZE if cpu else cap.DEFAULT_BLOCK_SIZE))
     _check_numbers(req)
     shapes = _shapes(req)
     snap_notes: list[str] = []
@@ -386,7 +386,7 @@ def _serve_command(req: PlanRequest, mp: ModelPlan, from_config: bool, tp_limit:
         flags += ["--kv-cache-dtype", req.kv_cache_dtype]
     if req.quantization:
         flags += ["--quantization", req.quantization]
-    if req.block_size != (serving.CPU_BLOCK_SIZE if req.cpu_kvcache_space is not None else cap.DEFAULT_BLOCK_SIZE):
+    if req.block_size != (kvcache.CPU_BLOCK_SIZE if req.cpu_kvcache_space is not None else cap.DEFAULT_BLOCK_SIZE):
         flags += ["--block-size", str(req.block_size)]
     return serving.command(serving.model_ref(mp.name, from_config), length, chosen, mp.utilization, flags, port)
 

@@ -30,7 +30,6 @@ from pathlib import Path
 from vllm_doctor.capacity.arithmetic import UNITS, Budget, fmt_size
 
 GIB = UNITS["GIB"]
-CPU_BLOCK_SIZE = 128  # the CPU backend's default block size (vllm/platforms/cpu.py)
 FIRST_PORT = 8000  # vllm serve's default port; co-hosted models count up from it
 _HUB_CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)$")
 

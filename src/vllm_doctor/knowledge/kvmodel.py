@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     from vllm_doctor.capacity.shape import ModelShape
 
 GIB = 2**30
-CPU_BLOCK_SIZE = 128  # the CPU attention backend (0.20+); the lab's recordings hold 1 GiB as 64 blocks
-CUDA_BLOCK_SIZE = 16
 # the names kv_model reads, for the declarations of the checks that call it
 READS = frozenset({
     "kv_cache_dtype", "dtype", "tp", "tensor_parallel_size", "block_size", "kv_cache.block_size", "vllm_version",
@@ -78,7 +76,9 @@ def block_size(inp: CheckInput) -> tuple[int, bool]:
     b = inp.get("block_size", "kv_cache.block_size")
     if b:
         return int(b), True
-    version = inp.get("vllm_version")
+    from vllm_doctor.capacity.kvcache import CPU_BLOCK_SIZE, CUDA_BLOCK_SIZE
+
+    version = inp.get("vllm_version")  # the CPU attention backend's own block from 0.20
     if str(inp.get("device") or "").lower() == "cpu" and version and version_tuple(version) >= (0, 20):
         return CPU_BLOCK_SIZE, False
     return CUDA_BLOCK_SIZE, False

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from vllm_doctor import serveargs
+from vllm_doctor.capacity.colocated import DEFAULT_UTILIZATION
 from vllm_doctor.errors import DoctorError
 
 # the variables that change a start, kept with the command in the report
@@ -51,6 +52,11 @@ class ServeArgs:
     @property
     def tp(self) -> int:
         return max(1, self.integer("tensor_parallel_size", 1) or 1)
+
+    @property
+    def utilization(self) -> float:
+        """--gpu-memory-utilization, vLLM's default when not given."""
+        return self.number("gpu_memory_utilization", DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION
 
     @property
     def pp(self) -> int:

@@ -93,9 +93,8 @@ class Context:
     def loaded(self) -> tuple[ModelShape | None, str | None]:
         from vllm_doctor.capacity import modelcfg
 
-        if self.resolved.config is None:
-            return None, self.resolved.note
-        return modelcfg.load(self.args.model, offline=self.offline, vllm_version=self.vllm_version)
+        return modelcfg.load(self.args.model, offline=self.offline, vllm_version=self.vllm_version,
+                             resolved=self.resolved)  # fmt: skip
 
     def shape(self) -> ModelShape:
         shape, note = self.loaded

@@ -7,13 +7,12 @@ from __future__ import annotations
 import dataclasses
 
 from vllm_doctor.capacity import arithmetic as cap
+from vllm_doctor.capacity import kvcache
 from vllm_doctor.capacity.arithmetic import GIB, fmt_size
 from vllm_doctor.capacity.shape import ModelShape
-from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, found
 
-CPU_BLOCK_SIZE = tables.vllm("cpu_block_size")  # vLLM 0.32's CPU backend (rules/tables/preflight.toml)
 OVERHEAD_SPAN = 4 * cap.GB  # vLLM measures activation peak + non-torch + CUDA graphs at startup: 1-4 GB seen
 
 
@@ -51,7 +50,7 @@ def _cpu_fit(ctx: Context) -> list[Finding]:
     cache = space * GIB
     element, kv_dtype = _element(ctx, shape)
     bpt = cap.kv_bytes_per_token(shape, element, ctx.args.tp)
-    block = ctx.args.integer("block_size") or CPU_BLOCK_SIZE
+    block = ctx.args.integer("block_size") or kvcache.CPU_BLOCK_SIZE
     length, length_from = max_len(ctx, shape)
     blocks = cap.blocks_that_fit(cache, bpt, block)
     longest = cap.largest_max_model_len(blocks, block)
@@ -75,7 +74,7 @@ def _gpu_fit(ctx: Context) -> list[Finding]:
     args = ctx.args
     dtype = args.text("dtype")
     req = planner.PlanRequest(
-        models=[args.model or ""], utilization=args.number("gpu_memory_utilization", 0.9) or 0.9,
+        models=[args.model or ""], utilization=args.utilization,
         max_model_len=length, tp=args.tp, kv_cache_dtype=args.text("kv_cache_dtype") or "auto",
         quantization=args.text("quantization"), dtype=None if dtype in (None, "auto") else dtype,
         block_size=args.integer("block_size") or cap.DEFAULT_BLOCK_SIZE, gpus=len(ctx.visible), offline=ctx.offline,

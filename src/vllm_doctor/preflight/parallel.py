@@ -84,7 +84,7 @@ def tp_needed(ctx: Context) -> list[Finding]:
     if not shape.params:
         raise CannotRun("the parameter count is unknown")
     weights = shape.params * cap.weight_bytes_per_param(shape.dtype, shape.quant_bits)[0]
-    util = ctx.args.number("gpu_memory_utilization", 0.9) or 0.9
+    util = ctx.args.utilization
     if weights >= card * util / 2:
         return []
     return [found("check-tp-not-needed", {"weights_gib": round(weights / GIB, 2), "gpu_gib": round(card / GIB, 2)},

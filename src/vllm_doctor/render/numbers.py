@@ -79,6 +79,9 @@ LABELS: dict[str, tuple[str, str]] = {
     "timeout_s": ("timeout", "s"),
     "ran_ms": ("ran for", "ms"),
     "seconds": ("waited", "s"),
+    "alloc": ("allocation that failed", ""),  # PyTorch's out-of-memory figures: each with its own unit
+    "total": ("GPU memory in total", ""),
+    "free": ("GPU memory free", ""),
     "port": ("port", ""),
     "status": ("HTTP status", ""),
 }
@@ -92,8 +95,11 @@ _HIDDEN = {
 _SUFFIX = {"_gib": "GiB", "_mib": "MiB", "_pct": "%", "_bytes": "bytes", "_tokens": "tokens", "_ms": "ms", "_s": "s"}
 
 
-def label(name: str) -> tuple[str, str]:
-    """A number's meaning and unit."""
+def label(name: str, numbers: dict[str, Any] | None = None) -> tuple[str, str]:
+    """A number's meaning and unit; a unit the message stated beside it (`free_unit`: "MiB") wins."""
+    stated = (numbers or {}).get(f"{name}_unit")
+    if isinstance(stated, str) and stated:
+        return label(name)[0], stated
     if name in LABELS:
         return LABELS[name]
     base = name.rsplit(".", 1)[-1]
@@ -117,7 +123,7 @@ def described(numbers: dict[str, Any]) -> list[tuple[str, str]]:
     for name, value in numbers.items():
         if value is None or value == "" or value == [] or name in _HIDDEN:
             continue
-        meaning, unit = label(name)
+        meaning, unit = label(name, numbers)
         if meaning in seen:
             continue
         seen.add(meaning)
