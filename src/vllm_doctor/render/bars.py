@@ -254,23 +254,23 @@ def bar_lines(bar: Bar, colour: bool) -> list[Any]:
             line.append((LETTER[seg.key].lower() if alt else LETTER[seg.key]) * n)
     line.append("" if bar.sum_only else f"  {fmt(bar.total)} {bar.unit}")
     out = [line]
-    legend = Text("  ")
+    row = Text("  ")
     items = [
         (seg.key, f"{f'{count} x ' if count > 1 else ''}{seg.label} {fmt(seg.value)} {bar.unit}")
-        for seg, count in _legend(bar)
+        for seg, count in legend(bar)
     ]
     if bar.mark:
         items.append(("mark", f"{bar.mark[0]}"))
     for key, item in items:
-        if legend.cell_len + len(item) + 5 > 79:
-            out.append(legend)
-            legend = Text("  ")
-        elif legend.plain.strip():
-            legend.append("   ")
+        if row.cell_len + len(item) + 5 > 79:
+            out.append(row)
+            row = Text("  ")
+        elif row.plain.strip():
+            row.append("   ")
         mark = "|" if key == "mark" else _swatch(key) if colour else LETTER[key]
-        legend.append(mark + " ", style=COLOUR.get(key, "") if colour else "")
-        legend.append(item, style="dim" if colour and key == "mark" else "")
-    out.append(legend)
+        row.append(mark + " ", style=COLOUR.get(key, "") if colour else "")
+        row.append(item, style="dim" if colour and key == "mark" else "")
+    out.append(row)
     return out
 
 
@@ -278,8 +278,9 @@ def _swatch(key: str) -> str:
     return "░" if key == "missing" else "█"
 
 
-def _legend(bar: Bar) -> list[tuple[Segment, int]]:
-    """One legend entry per kind and label, with how many segments it stands for (KV slots)."""
+def legend(bar: Bar) -> list[tuple[Segment, int]]:
+    """One legend entry per kind and label, with how many segments it stands for (KV slots): the
+    terminal's legend and the SVG's."""
     seen: dict[tuple[str, str], list[Segment]] = {}
     for s in bar.segments:
         seen.setdefault((s.key, s.label), []).append(s)

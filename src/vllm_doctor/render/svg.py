@@ -13,7 +13,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from vllm_doctor.data import Life, Report
 from vllm_doctor.matching.expr import fmt
-from vllm_doctor.render.bars import Bar, all_bars, is_queue
+from vllm_doctor.render.bars import Bar, all_bars, is_queue, legend
 
 WIDTH = 720
 _GAP = 3.0  # between two starts on the restart timeline
@@ -92,12 +92,7 @@ def _bar(bar: Bar, y: float, body: list[str]) -> float:
         )
     ly += 32
     body.append('<g class="legend">')  # one column: two do not fit a phone's font size
-    seen: set[tuple[str, str]] = set()
-    for seg in bar.segments:
-        if (seg.key, seg.label) in seen:
-            continue
-        seen.add((seg.key, seg.label))
-        count = sum(1 for s in bar.segments if (s.key, s.label) == (seg.key, seg.label))
+    for seg, count in legend(bar):
         body.append(
             f'<rect x="{left:.1f}" y="{ly - 11:.1f}" width="12" height="12" fill="{FILL[seg.key]}" stroke="#999"/>'
         )
