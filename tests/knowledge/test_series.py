@@ -32,3 +32,13 @@ def test_a_preemption_warning_is_no_sample():
     stats = StatsSeries()
     stats.add({"preempted": "RECOMPUTE"}, 3, 0, "WARNING preempted")
     assert stats.points == []
+
+
+def test_a_point_takes_vllms_own_time_as_the_lifetimes_do():
+    """A collector's timestamp heads the line; vLLM's own time after the level is the one drawn,
+    the same the restart timeline dates the start by."""
+    from vllm_doctor.knowledge.series import line_time, point
+
+    text = "2026-11-30T01:59:10.123456789Z INFO 11-30 01:58:49 [loggers.py:123] Engine 000: Running: 2 reqs"
+    assert point({"running": 2}, 7, 0, text)["time"] == "11-30 01:58:49" == line_time(text)[0]
+    assert line_time("2026-11-30T01:59:10Z plain text") == ("11-30 01:59:10", False)

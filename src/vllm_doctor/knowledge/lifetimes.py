@@ -24,6 +24,7 @@ from typing import Any
 
 from vllm_doctor.data import Line, Match, Rule
 from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.knowledge.series import TIME, line_time
 
 START = "server_start"
 READY = "ready"
@@ -37,11 +38,6 @@ _CONTAINER = re.compile(
     r"(?:\[pod/(?P<pod>[^\]\s/]+)(?:/(?P<ctr>[^\]\s]+))?\]\s|(?P<svc>[A-Za-z][\w.\-]*)\s+\|\s)"
 )
 _SYSLOG_HOST = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?P<host>[\w.\-]+) ")
-_TIME = re.compile(r"(?<!\d)(?:\d{4}-)?(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?!\d)")
-# vLLM's own time, after the level ("INFO 11-30 01:53:24"): preferred to a collector's timestamp
-_VLLM_TIME = re.compile(
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mo>\d\d)-(?P<d>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)"
-)
 PHASE_WORDS = {
     START: "startup, before weight loading",
     "weights_loading": "weight loading",
@@ -86,16 +82,13 @@ def who(line: Line) -> Who:
     elif "Started server process" in raw:
         u = _UVICORN_PID.search(raw)
         pid = int(u["pid"]) if u else None
-    t = _VLLM_TIME.search(raw, 0, 240)
-    own = t is not None
-    t = t or _TIME.search(raw, 0, 200)
-    time = f"{t['mo']}-{t['d']} {t['h']}:{t['m']}:{t['s']}" if t else None
+    time, own = line_time(raw)
     return Who(container, pid, line.process, time, host, own)
 
 
 def seconds(time: str | None) -> int | None:
     """A log time as seconds in a year of 31-day months: enough to say how long a start lasted."""
-    t = _TIME.search(time or "")
+    t = TIME.search(time or "")
     if t is None:
         return None
     return ((int(t["mo"]) * 31 + int(t["d"])) * 24 + int(t["h"])) * 3600 + int(t["m"]) * 60 + int(t["s"])

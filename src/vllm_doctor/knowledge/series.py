@@ -13,15 +13,26 @@ from typing import Any
 
 KEPT = 240
 FIELDS = ("running", "waiting", "kv_usage_pct", "preemptions")
-# vLLM's own time after the level ("INFO 11-30 01:58:49"), or a collector's ISO time
-_TIME = re.compile(r"(?<!\d)(?:\d{4}-)?(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?!\d)")
+# a line's time: vLLM's own, after the level ("INFO 11-30 01:58:49"), preferred to a collector's
+# timestamp at the head of the line; knowledge/lifetimes.py dates lifetimes by the same rule
+TIME = re.compile(r"(?<!\d)(?:\d{4}-)?(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?!\d)")
+_VLLM_TIME = re.compile(
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mo>\d\d)-(?P<d>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)"
+)
+
+
+def line_time(raw: str) -> tuple[str | None, bool]:
+    """("11-30 01:58:49" or None, whether it is vLLM's own time rather than a collector's)."""
+    t = _VLLM_TIME.search(raw, 0, 240)
+    own = t is not None
+    t = t or TIME.search(raw, 0, 200)
+    return (f"{t['mo']}-{t['d']} {t['h']}:{t['m']}:{t['s']}" if t else None), own
 
 
 def point(sample: dict[str, Any], line: int, source: int, text: str) -> dict[str, Any]:
     """One stats sample as a point: its line, its time ("11-30 01:58:49", None without one), the
     fields drawn."""
-    t = _TIME.search(text, 0, 240)
-    out: dict[str, Any] = {"line": line, "source": source, "time": f"{t[1]}-{t[2]} {t[3]}:{t[4]}:{t[5]}" if t else None}
+    out: dict[str, Any] = {"line": line, "source": source, "time": line_time(text)[0]}
     out.update({k: sample.get(k) for k in FIELDS})
     return out
 
