@@ -4,8 +4,8 @@ it arrives.
 
 Each chunk goes to a capture file and through the read stage (logread.ChunkLines over the rules'
 prefilter); once a chunk brings candidate lines, the capture is diagnosed again (at most once
-every INTERVAL seconds, and after INTERVAL of quiet), and each diagnosis not seen before is said
-in one line as it appears (a wrapper error waits: its cause may be the next line). At the end of
+every INTERVAL seconds or BACKOFF times the last look, and after that long of quiet), and each
+diagnosis not seen before is said in one line as it appears (a wrapper error waits: its cause may be the next line). At the end of
 the stream, or on Ctrl-C, the whole capture is diagnosed once more, with the model's config and the
 GPUs as explain uses them, and that is the report. A regular file named on the command line has
 no end, as `tail -f` reads it: at its end the follow looks again every POLL seconds (from the
@@ -28,7 +28,10 @@ from dataclasses import replace
 from vllm_doctor.data import Report, Rule
 from vllm_doctor.knowledge.checks import Options
 
-INTERVAL = 1.0  # seconds between diagnoses of the stream so far
+INTERVAL = 1.0  # seconds between diagnoses of the stream so far, at the least
+# each look diagnoses the whole capture, so a long stream's looks grow: the next waits BACKOFF
+# times as long as the last took, which keeps the looks under a fifth of the time however long it runs
+BACKOFF = 4.0
 CHUNK = 1 << 16
 POLL = 0.25  # seconds between looks at a followed file's end for appended data
 GZIP = b"\x1f\x8b"  # a compressed log is read to its end: nothing is appended to one
@@ -51,9 +54,14 @@ def follow(fd: int, rules: list[Rule], options: Options, say: Callable[[str], No
     tail = name != "-" and stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 2, 0) != GZIP
     with tempfile.NamedTemporaryFile(prefix="vllm-doctor-follow-", suffix=".log") as capture:
 
+        gap = INTERVAL
+
         def look(opts: Options, final: bool = False) -> Report:
+            nonlocal gap
             capture.flush()
+            started = time.monotonic()
             report = pipeline.explain([capture.name], rules, opts)
+            gap = max(INTERVAL, (time.monotonic() - started) * BACKOFF)
             report.paths = [name]
             if not final:  # the final report says it all
                 _announce(report, seen, say)
@@ -63,7 +71,7 @@ def follow(fd: int, rules: list[Rule], options: Options, say: Callable[[str], No
         try:
             with _sigterm_interrupts():
                 while True:
-                    wait = max(0.0, last + INTERVAL - time.monotonic()) if due else None
+                    wait = max(0.0, last + gap - time.monotonic()) if due else None
                     chunk = _next(fd, wait, tail)
                     if chunk is None:
                         last, due = time.monotonic(), False  # quiet after candidate lines: look now
@@ -73,7 +81,7 @@ def follow(fd: int, rules: list[Rule], options: Options, say: Callable[[str], No
                         break
                     capture.write(chunk)
                     due = due or bool(lines.feed(chunk))
-                    if due and time.monotonic() - last >= INTERVAL:
+                    if due and time.monotonic() - last >= gap:
                         last, due = time.monotonic(), False
                         look(interim)
         except KeyboardInterrupt:
