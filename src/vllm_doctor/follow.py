@@ -3,14 +3,15 @@ or a log file a server is still writing (`vllm-doctor explain --follow server.lo
 it arrives.
 
 Each chunk goes to a capture file and through the read stage (logread.ChunkLines over the rules'
-prefilter); once a chunk brings candidate lines, the capture is diagnosed again (at most once
-every INTERVAL seconds or BACKOFF times the last look, and after that long of quiet), and each
-diagnosis not seen before is said in one line as it appears (a wrapper error waits: its cause may be the next line). At the end of
-the stream, or on Ctrl-C, the whole capture is diagnosed once more, with the model's config and the
-GPUs as explain uses them, and that is the report. A regular file named on the command line has
-no end, as `tail -f` reads it: at its end the follow looks again every POLL seconds (from the
-start when the file was truncated, as a copytruncate rotation does) until Ctrl-C or SIGTERM
-(which end a pipe's follow the same way), and the report holds all the file holds by then.
+prefilter); once a chunk brings candidate lines, the capture is diagnosed again (at most once every
+INTERVAL seconds or BACKOFF times the last look, and after that long of quiet), and each diagnosis
+not seen before is said in one line as it appears (a wrapper error waits: its cause may be the next
+line). At the end of the stream, or on Ctrl-C, the whole capture is diagnosed once more, with the
+model's config and the GPUs as explain uses them, and that is the report. A regular file named on
+the command line has no end, as `tail -f` reads it: at its end the follow looks again every POLL
+seconds (from the start when the file was truncated, as a copytruncate rotation does) until Ctrl-C
+or SIGTERM (which end a pipe's follow the same way), and the report holds all the file holds by
+then.
 """
 
 from __future__ import annotations
