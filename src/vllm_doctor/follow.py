@@ -54,7 +54,6 @@ def follow(fd: int, rules: list[Rule], options: Options, say: Callable[[str], No
     seen: set[tuple[str, int]] = set()
     tail = name != "-" and stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 2, 0) != GZIP
     with tempfile.NamedTemporaryFile(prefix="vllm-doctor-follow-", suffix=".log") as capture:
-
         gap = INTERVAL
 
         def look(opts: Options, final: bool = False) -> Report:

@@ -7,6 +7,9 @@ import os
 import resource
 import shutil
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 from preflight_fakes import h100s
@@ -107,3 +110,18 @@ def test_cpu_offload_against_this_machines_ram():
 def test_a_privileged_port_needs_root():
     (found,) = host.port(ctx("--host", "127.0.0.1", "--port", "1"))
     assert (found.rule, found.fixes[0].value) == ("check-port-privileged", "8000")
+
+
+def test_who_holds_a_port_is_named_by_its_program_never_its_arguments():
+    """Another process's command line may hold a secret no mask knows: only the program is said."""
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--token", "s3cr3t-value"])
+    try:
+        end = time.monotonic() + 10
+        while "s3cr3t-value" not in " ".join(procfs.cmdline(p.pid) or []):
+            assert time.monotonic() < end
+            time.sleep(0.01)
+        said = procfs.describe(p.pid)
+        assert said.startswith(f"pid {p.pid} (python") and "s3cr3t" not in said and "time.sleep" not in said
+    finally:
+        p.kill()
+        p.wait()

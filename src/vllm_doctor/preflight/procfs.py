@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from vllm_doctor.capacity.colocated import PROC, cmdline
+from vllm_doctor.serveargs import items, server_words
 
 LISTEN = "0A"  # the TCP state of a listening socket in /proc/net/tcp
 
@@ -47,14 +48,22 @@ def socket_owner(inodes: set[str]) -> int | None:
 
 
 def describe(pid: int | None) -> str:
-    """'pid 123 (python -m http.server 8000)', 'pid 123', or 'a process this user cannot see'."""
+    """'pid 123 (python -m http.server)', 'pid 123 (vllm serve my/model)', 'pid 123', or 'a process
+    this user cannot see'. The program only, never the rest of another process's command line: it
+    may hold an API key that no mask knows the form of."""
     if pid is None:
         return "a process this user cannot see"
     words = cmdline(pid)
     if not words:
         return f"pid {pid}"
-    text = " ".join(words)
-    return f"pid {pid} ({text[:117] + '...' if len(text) > 120 else text})"
+    served = server_words(words)
+    if served is not None:
+        model = dict(items(served)[1]).get("model") or items(served)[0]
+        return f"pid {pid} (vllm serve {model[:100] if model else '…'})"
+    program = [os.path.basename(words[0])]
+    if program[0].startswith("python") and len(words) > 1:
+        program += ["-m", words[2]] if words[1] == "-m" and len(words) > 2 else [os.path.basename(words[1])]
+    return f"pid {pid} ({' '.join(program)[:100]})"
 
 
 def meminfo() -> dict[str, int]:
