@@ -266,6 +266,9 @@ class StatsSeries:
             if len(self.evidence) < 40:
                 self.evidence.append((line, source, text))
             return
+        if sample.get("running") is None and sample.get("prefix_hit_pct") is not None:
+            self._v0_prefix(sample["prefix_hit_pct"])  # V0's hit-rate line, after its stats line
+            return
         self.samples += 1
         self.last = (line, source, sample)
         series.keep(self.points, series.point(sample, line, source, text))
@@ -302,6 +305,14 @@ class StatsSeries:
                 self.evidence.append((line, source, text))
         if self.first_line is None:
             self.first_line = line
+
+    def _v0_prefix(self, pct: float) -> None:
+        """V0's hit rate (cumulative since start) completes the stats sample before it: a rate
+        only where that interval processed prompts."""
+        before = self.last[2] if self.last else {}
+        if before.get("prompt_tps"):
+            self.prefix_traffic_samples += 1
+            self.prefix_hit_last_pct = pct
 
     def summary(self) -> dict[str, Any]:
         return {
