@@ -253,6 +253,7 @@ class StatsSeries:
     full_run: int = 0  # current run of consecutive waiting+full samples
     full_run_max: int = 0
     idle_run: int = 0  # current run of consecutive waiting+idle samples (a stall, if it lasts)
+    prompt_samples: int = 0  # samples whose interval processed prompts (prompt throughput above 0)
     prefix_traffic_samples: int = 0  # samples with a prefix hit rate while prompts were processed
     prefix_hit_last_pct: float | None = None  # ... the latest of them (V1's rate is over recent requests)
     evidence: list[tuple[int, int, str]] = field(default_factory=list)  # (line, source, text)
@@ -282,6 +283,7 @@ class StatsSeries:
         self.deferred_max = _max(self.deferred_max, sample.get("deferred"))
         if sample.get("preemptions") is not None:
             self.preemptions = (self.preemptions or 0) + sample["preemptions"]
+        self.prompt_samples += bool(sample.get("prompt_tps"))
         if sample.get("prefix_hit_pct") is not None and sample.get("prompt_tps") != 0.0:  # no traffic, no rate
             self.prefix_traffic_samples += 1
             self.prefix_hit_last_pct = sample["prefix_hit_pct"]
