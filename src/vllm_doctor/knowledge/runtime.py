@@ -180,7 +180,9 @@ def prefix_reuse(inp: CheckInput) -> CheckResult:
     elif inp.facts.stats.prefix_traffic_samples:
         out.update(prefix_hit_pct=inp.facts.stats.prefix_hit_last_pct, prefix_from="stats lines")
     stats = inp.facts.stats
-    traffic = bool(queries) or bool(w.get("prompt_tokens")) or bool(stats.prefix_traffic_samples or stats.prompt_samples)
+    traffic = (
+        bool(queries) or bool(w.get("prompt_tokens")) or bool(stats.prefix_traffic_samples or stats.prompt_samples)
+    )
     if on is False and traffic:
         out["prefix_verdict"] = "off"
     elif "prefix_hit_pct" in out:
