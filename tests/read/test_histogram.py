@@ -70,3 +70,10 @@ def test_the_current_name_wins_where_both_are_exposed():
 
     s = scrape(SAT, 11, edit=both)
     assert s.hists["itl"].count == 5093
+
+
+def test_prompt_lengths_are_the_window_increase_at_vllms_bucket_bounds():
+    w = window([scrape(SAT, 0), scrape(SAT, 11)])
+    # 4 requests finished: 2 at most 1000 prompt tokens, 2 in (1000, 2000]
+    assert w["prompt_len"] == {"count": 4, "median_le": 1000, "over_median": 2}
+    assert window([scrape(SAT, 11), scrape(SAT, 11)])["prompt_len"] is None  # no request finished in it

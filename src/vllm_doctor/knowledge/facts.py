@@ -253,6 +253,7 @@ class StatsSeries:
     full_run: int = 0  # current run of consecutive waiting+full samples
     full_run_max: int = 0
     idle_run: int = 0  # current run of consecutive waiting+idle samples (a stall, if it lasts)
+    prompt_samples: int = 0  # samples whose interval processed prompts (prompt throughput above 0)
     prefix_traffic_samples: int = 0  # samples with a prefix hit rate while prompts were processed
     prefix_hit_last_pct: float | None = None  # ... the latest of them (V1's rate is over recent requests)
     evidence: list[tuple[int, int, str]] = field(default_factory=list)  # (line, source, text)
@@ -265,6 +266,9 @@ class StatsSeries:
             self.preemptions = _max(self.preemptions, sample.get("preemptions_total") or 1)
             if len(self.evidence) < 40:
                 self.evidence.append((line, source, text))
+            return
+        if sample.get("running") is None and sample.get("prefix_hit_pct") is not None:
+            self._v0_prefix(sample["prefix_hit_pct"])  # V0's hit-rate line, after its stats line
             return
         self.samples += 1
         self.last = (line, source, sample)
@@ -279,6 +283,7 @@ class StatsSeries:
         self.deferred_max = _max(self.deferred_max, sample.get("deferred"))
         if sample.get("preemptions") is not None:
             self.preemptions = (self.preemptions or 0) + sample["preemptions"]
+        self.prompt_samples += bool(sample.get("prompt_tps"))
         if sample.get("prefix_hit_pct") is not None and sample.get("prompt_tps") != 0.0:  # no traffic, no rate
             self.prefix_traffic_samples += 1
             self.prefix_hit_last_pct = sample["prefix_hit_pct"]
@@ -302,6 +307,14 @@ class StatsSeries:
                 self.evidence.append((line, source, text))
         if self.first_line is None:
             self.first_line = line
+
+    def _v0_prefix(self, pct: float) -> None:
+        """V0's hit rate (cumulative since start) completes the stats sample before it: a rate
+        only where that interval processed prompts."""
+        before = self.last[2] if self.last else {}
+        if before.get("prompt_tps"):
+            self.prefix_traffic_samples += 1
+            self.prefix_hit_last_pct = pct
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -313,7 +313,8 @@ def ending(life: Lifetime, status: str, top_category: str | None) -> Ending:
     stats = None
     if last is not None:
         sample = last[2]
-        stats = {"line": last[0], **{k: sample.get(k) for k in ("running", "waiting", "kv_usage_pct")}}
+        known = {k: sample[k] for k in ("running", "waiting", "kv_usage_pct") if sample.get(k) is not None}
+        stats = {"line": last[0], **known}  # 0.7.0's stats line prints no KV usage: none, not null
     took = _duration(life.started, life.ended)
     after = f", {took} after start" if took else ""
     if status == "failed":

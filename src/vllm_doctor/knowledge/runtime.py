@@ -20,6 +20,7 @@ HOL_MIN_MS = 200.0  # ... and at least this long: a stall a user sees
 PREFIX_GOOD_PCT = 50.0  # at or over this hit rate the prompts already share what they can
 PREEMPT_PER_100 = 5.0  # preemptions per 100 finished requests that cost real recompute
 PREEMPT_PER_MIN = 1.0
+LONG_PREFILL_MIN = 256  # a long prompt's piece per step no smaller than this: more steps cost more than they save
 ABORT_PCT = 10.0  # clients giving up on this share of requests: they time out
 
 
@@ -76,7 +77,8 @@ def decode_speed(inp: CheckInput) -> CheckResult:
 @check(
     reads={"enable_chunked_prefill", "max_num_batched_tokens", "long_prefill_token_threshold"},
     returns={"head_of_line", "hol_spike_ms", "hol_decode_p95_ms", "hol_prompt_tokens", "hol_ratio",
-             "chunked_prefill", "batched_tokens", "chunk_tokens_to_try"},
+             "chunked_prefill", "batched_tokens", "chunk_tokens_to_try", "long_prefill_to_try", "prompt_count",
+             "prompts_over_threshold"},
 )  # fmt: skip
 def prefill_stall(inp: CheckInput) -> CheckResult:
     """Head-of-line blocking: inter-token latency p99 in intervals where prompts were prefilled, held
@@ -106,7 +108,27 @@ def prefill_stall(inp: CheckInput) -> CheckResult:
     if budget is not None:
         out["batched_tokens"] = int(budget)
         out["chunk_tokens_to_try"] = max(256, int(budget) // 2)
+    out.update(_long_prefill_threshold(w.get("prompt_len"), budget, inp.get("long_prefill_token_threshold")))
     return CheckResult(out)
+
+
+def _long_prefill_threshold(lengths: dict[str, Any] | None, budget: Any, now: Any) -> dict[str, Any]:
+    """A --long-prefill-token-threshold from the window's prompt lengths. vLLM's scheduler gives a
+    request at most that many new tokens a step (0 = no cap): at the bound under which half the
+    prompts fell, typical prompts still prefill in one step and only the longer ones, those that
+    hold a step, go in pieces. No value where it would cap nothing (no prompt longer; not under
+    --max-num-batched-tokens, which caps every step already; not under a threshold already set)
+    or would cut prompts into pieces too small to be worth a step."""
+    if not lengths or not lengths["over_median"] or lengths["median_le"] < LONG_PREFILL_MIN:
+        return {}
+    value = lengths["median_le"]
+    if budget is not None and value >= int(budget) or now and value >= int(now):
+        return {}
+    return {
+        "long_prefill_to_try": value,
+        "prompt_count": lengths["count"],
+        "prompts_over_threshold": lengths["over_median"],
+    }
 
 
 @check(
@@ -157,7 +179,10 @@ def prefix_reuse(inp: CheckInput) -> CheckResult:
         out["prefix_from"] = "metrics"
     elif inp.facts.stats.prefix_traffic_samples:
         out.update(prefix_hit_pct=inp.facts.stats.prefix_hit_last_pct, prefix_from="stats lines")
-    traffic = bool(queries) or bool(w.get("prompt_tokens")) or bool(inp.facts.stats.prefix_traffic_samples)
+    stats = inp.facts.stats
+    traffic = (
+        bool(queries) or bool(w.get("prompt_tokens")) or bool(stats.prefix_traffic_samples or stats.prompt_samples)
+    )
     if on is False and traffic:
         out["prefix_verdict"] = "off"
     elif "prefix_hit_pct" in out:

@@ -43,13 +43,15 @@ def queue_kind(inp: CheckInput) -> CheckResult:
         "kv_near_full_pct": KV_NEAR_FULL_PCT,
         "full_run_max": s.full_run_max,
     }
-    if s.preemptions:  # none seen is not a number to quote ("at least 0 preemptions")
-        out["preemptions"] = s.preemptions
+    # V0's "Swapped: N reqs": N sequences swapped out to the CPU, each preempted at least once
+    preemptions = max(s.preemptions or 0, s.swapped_max or 0)
+    if preemptions:  # none seen is not a number to quote ("at least 0 preemptions")
+        out["preemptions"] = preemptions
     if s.waiting_running_max is not None:
         out["running_while_waiting_max"] = s.waiting_running_max
     evidence = [cut_evidence(line, text, source) for line, source, text in s.evidence[:4]]
     confidence = None
-    preempted = bool(s.preemptions)
+    preempted = bool(preemptions)
     policy = str(inp.get("scheduling_policy") or "")
     if s.waiting_full or (preempted and policy != "priority"):
         out["queue_kind"] = "cache-full"

@@ -22,6 +22,7 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "ttft": ("vllm:time_to_first_token_seconds",),
     "queue": ("vllm:request_queue_time_seconds", "vllm:time_in_queue_requests"),
     "prefill": ("vllm:request_prefill_time_seconds",),
+    "prompt_len": ("vllm:request_prompt_tokens",),  # tokens, not seconds: one per finished request
 }
 # key -> exposed counter names, the current name first
 COUNTERS: dict[str, tuple[str, ...]] = {

@@ -7,6 +7,7 @@ The result is plain data (Facts.window) the runtime checks (knowledge/runtime.py
 
     scrapes, intervals, seconds (None when the scrapes carry no times: saved files), resets,
     itl / ttft / queue / prefill: {count, mean_ms, p50_ms, p95_ms, p99_ms, over_1s_share},
+    prompt_len: {count, median_le, over_median} (prompt tokens of the requests finished in it),
     per_interval: [{running, itl_count, itl_p95_ms, itl_p99_ms, prompt_tokens, preemptions}],
     itl_by_running: [{running_upto, itl_count, itl_p95_ms}] (decode-only intervals, pooled upwards),
     prefix_queries, prefix_hits, finished: {reason: n}, preemptions, generation_tokens, prompt_tokens
@@ -14,6 +15,7 @@ The result is plain data (Facts.window) the runtime checks (knowledge/runtime.py
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.read.histogram import Histogram, hist_increase, increase
@@ -40,6 +42,16 @@ def latency(h: Histogram | None) -> dict[str, Any] | None:
         "p99_ms": _ms(h.quantile(0.99)),
         "over_1s_share": h.share_over(1.0),
     }
+
+
+def prompt_lengths(h: Histogram | None) -> dict[str, Any] | None:
+    """The prompt-length histogram's increase: how many prompts, the bucket bound at or under which
+    half of them fell (vLLM's own bound, exact), and how many were longer than it."""
+    median = h.quantile_le(0.5) if h is not None else None
+    if h is None or median is None or math.isinf(median):
+        return None
+    share = h.share_over(median) or 0.0
+    return {"count": int(h.count), "median_le": int(median), "over_median": round(share * h.count)}
 
 
 def _interval(before: Scrape, after: Scrape) -> dict[str, Any]:
@@ -94,6 +106,7 @@ def window(scrapes: list[Scrape]) -> dict[str, Any]:
     }
     for key in ("itl", "ttft", "queue", "prefill"):
         out[key] = latency(hist_increase([s.hists.get(key) for s in scrapes]))
+    out["prompt_len"] = prompt_lengths(hist_increase([s.hists.get("prompt_len") for s in scrapes]))
     out["per_interval"] = [_interval(a, b) for a, b in zip(scrapes, scrapes[1:], strict=False)]
     out["itl_by_running"] = _itl_by_running(scrapes)
     for key in ("prefix_queries", "prefix_hits"):
