@@ -13,6 +13,8 @@ Told by environment variables:
                        finishing the line afterwards; with FAKE_PARTIAL_AT=n, before replayed
                        line n, finished FAKE_PARTIAL_S seconds after the replay
   FAKE_ALL_STDOUT=1    replay every line to stdout
+  FAKE_NULS=n          after each replayed line, n NULs (a hole, as a preallocated file reads) and
+                       a second write of n more, no newline: they start the next line
   FAKE_ORPHAN=1        start a child (argv[0] VLLM::EngineCore) that ignores SIGINT/SIGTERM and
                        sleeps, holding stdout and stderr, like vLLM's orphaned engine
   FAKE_ESCAPE=1        start a child (argv[0] VLLM::Escaped) that calls setsid() (a session and
@@ -47,12 +49,16 @@ def emit(stream, data: bytes) -> None:
 
 def replay(path: str, delay: float, partial_at: int = 0) -> None:
     one_stream = bool(os.environ.get("FAKE_ALL_STDOUT"))
+    nuls = b"\0" * int(os.environ.get("FAKE_NULS", "0"))
     with open(path, "rb") as f:
         for no, line in enumerate(f, 1):
             if no == partial_at:
                 emit(ERR, os.environ["FAKE_PARTIAL"].encode())
             uvicorn = line.startswith((b"INFO:  ", b"ERROR:  ", b"WARNING:  "))
             emit(ERR if uvicorn and not one_stream else OUT, line)
+            if nuls:  # two writes: a hole the pump may read as two chunks
+                emit(OUT, nuls)
+                emit(OUT, nuls)
             if delay:
                 time.sleep(delay)
     if partial_at:

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 from vllm_doctor.data import Line
 from vllm_doctor.read import lineparse
 from vllm_doctor.read.prefilter import Prefilter
-from vllm_doctor.read.source import ReadError, Source, open_input
+from vllm_doctor.read.source import Holes, ReadError, Source, open_input
 
 __all__ = ["ReadError", "ReadStats", "read", "ChunkLines"]
 
@@ -124,7 +124,7 @@ class ChunkLines:
     """Candidate lines of a stream that arrives in chunks (a pipe passed through live): the
     prefilter runs over each chunk's whole lines, only hit lines are decoded, a line longer
     than MAX_LINE (or with CRs inside) is matched in pieces around its anchors, and one longer
-    than HOLD as it comes, as `read` does. No context lines. Holds only the bytes of an
+    than HOLD as it comes, and NUL holes are dropped, as `read` does. No context lines. Holds only the bytes of an
     unfinished line (at most HOLD).
     """
 
@@ -137,6 +137,7 @@ class ChunkLines:
         self._buf = bytearray()
         self._skip = False
         self._head: bytes | None = None  # the collector prefix of a line longer than HOLD, once cut
+        self.holes = Holes()
 
     def gap(self) -> None:
         """Bytes of the stream were lost: drop the unfinished line and the rest of it."""
@@ -153,7 +154,11 @@ class ChunkLines:
             self.lines += 1
             chunk = memoryview(chunk)[nl + 1 :]
         buf, pf = self._buf, self.pf
+        held = len(buf)
         buf += chunk
+        with memoryview(buf) as view:  # NUL holes dropped as a file's are (a run cut between chunks too)
+            end = self.holes.drop(buf, view, 0, held, len(buf))
+        del buf[end:]
         cut = buf.rfind(b"\n") + 1
         if not cut:
             if len(buf) <= self.HOLD:
