@@ -18,7 +18,9 @@ Told by environment variables:
   FAKE_ORPHAN=1        start a child (argv[0] VLLM::EngineCore) that ignores SIGINT/SIGTERM and
                        sleeps, holding stdout and stderr, like vLLM's orphaned engine
   FAKE_ESCAPE=1        start a child (argv[0] VLLM::Escaped) that calls setsid() (a session and
-                       process group of its own) and sleeps, holding stdout and stderr
+                       process group of its own) and sleeps, holding stdout and stderr, ignoring
+                       SIGINT/SIGTERM/SIGHUP; FAKE_ESCAPE=plain: the same, ignoring nothing, and
+                       writing "escaped <pid>" to FAKE_ESCAPE_PID, "TERM" to it when it gets SIGTERM
   FAKE_READY=path      create this file once the replay is done
   FAKE_ARGV=path       write the arguments received here (one per line)
   FAKE_END=            how it ends:
@@ -123,8 +125,15 @@ def main() -> None:
             stdin=subprocess.DEVNULL,
         )
     if env.get("FAKE_ESCAPE"):
+        plain = env["FAKE_ESCAPE"] == "plain"
+        script = (
+            'echo "escaped $$" > "$FAKE_ESCAPE_PID"; trap \'echo TERM >> "$FAKE_ESCAPE_PID"; exit 143\' TERM; '
+            "sleep 300 & wait"
+            if plain
+            else "trap '' INT TERM HUP; exec -a VLLM::Escaped sleep 300"
+        )
         subprocess.Popen(
-            ["bash", "-c", "trap '' INT TERM HUP; exec -a VLLM::Escaped sleep 300"],
+            ["bash", "-c", script],
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )

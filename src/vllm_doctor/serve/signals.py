@@ -1,5 +1,6 @@
 """Signals to the wrapper go to vLLM's process group: forwarded at once by the handler, then
-accounted for in the loop (the note, the grace deadline, SIGKILL after it or a third interrupt)."""
+accounted for in the loop (the note, the grace deadline, SIGKILL after it or a third interrupt);
+the loop sends them on to the child's descendants that left the group (setsid())."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_doctor.serve.options import TAG, Outcome, signal_name
-from vllm_doctor.serve.process import signal_group
+from vllm_doctor.serve.process import signal_group, signal_left
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -68,6 +69,7 @@ class Forwarder:
             self._interrupts += 1
             if exited():
                 continue
+            signal_left(self.pid, signum)  # (here, not in the handler: it reads /proc)
             if self.deadline is None and not self.outcome.escalated:
                 self.deadline = time.monotonic() + self.grace
                 self.note(
@@ -84,4 +86,5 @@ class Forwarder:
         self.outcome.escalated = True
         hang = " while it was waiting for connections to close" if self.outcome.hung else ""
         self.note(f"{TAG} vLLM did not exit{hang}; sent SIGKILL to its process group after {why}")
+        signal_left(self.pid, signal.SIGKILL)  # first, while the child still links to them
         signal_group(self.pid, signal.SIGKILL)
