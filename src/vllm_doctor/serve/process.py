@@ -165,10 +165,13 @@ def _below(table: dict[int, tuple[int, int, str, str]], root: int, skip: set[int
 
 
 def signal_left(pid: int, signum: int) -> list[int]:
-    """Send a signal to the descendants of the live child `pid` that left its process group
-    (setsid(), setpgid()), which a signal to the group misses; returns their pids (Linux /proc)."""
+    """Send a signal to the descendants of our child `pid` that left its process group
+    (setsid(), setpgid()), which a signal to the group misses; returns their pids (Linux /proc).
+    Nothing once `pid` is no child of ours: it was waited for, and may be another process now."""
     table = _table()
-    sent = []
+    sent: list[int] = []
+    if table.get(pid, (0,))[0] != os.getpid():  # not our child (any more): the pid may be another's now
+        return sent
     for p in sorted(_below(table, pid, set())):
         if table[p][1] != pid and table[p][2] not in ("Z", "X"):
             try:

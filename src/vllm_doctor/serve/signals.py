@@ -1,6 +1,6 @@
 """Signals to the wrapper go to vLLM's process group: forwarded at once by the handler, then
-accounted for in the loop (the note, the grace deadline, SIGKILL after it or a third interrupt);
-the loop sends them on to the child's descendants that left the group (setsid())."""
+accounted for in the loop (the note, the grace deadline, SIGKILL after it or a third interrupt).
+The child's descendants that left the group (setsid()) are sent each of them too."""
 
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ class Forwarder:
         if self.pid is None:
             self._pending.append(signum)
             return
+        signal_left(self.pid, signum)  # first, while the child (not yet told) still links to them
         signal_group(self.pid, signum)
         self._sent.append(signum)
 
@@ -60,6 +61,7 @@ class Forwarder:
             return
         while self._pending:  # came while the child was starting
             signum = self._pending.pop(0)
+            signal_left(self.pid, signum)
             signal_group(self.pid, signum)
             self._sent.append(signum)
         while self._sent:
@@ -69,7 +71,6 @@ class Forwarder:
             self._interrupts += 1
             if exited():
                 continue
-            signal_left(self.pid, signum)  # (here, not in the handler: it reads /proc)
             if self.deadline is None and not self.outcome.escalated:
                 self.deadline = time.monotonic() + self.grace
                 self.note(
