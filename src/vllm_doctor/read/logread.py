@@ -131,9 +131,9 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
 class ChunkLines:
     """Candidate lines of a stream that arrives in chunks (a pipe passed through live): the
     prefilter runs over each chunk's whole lines, only hit lines are decoded, a line longer
-    than MAX_LINE (or with CRs inside) is matched in pieces around its anchors, and one longer
-    than HOLD as it comes, and NUL holes are dropped, as `read` does. No context lines. Holds only the bytes of an
-    unfinished line (at most HOLD).
+    than MAX_LINE (or with CRs inside) is matched in pieces around its anchors, one longer than
+    HOLD as it comes, and NUL holes are dropped, as `read` does. No context lines. Holds only
+    the bytes of an unfinished line (at most HOLD).
     """
 
     HOLD = 1 << 20
@@ -145,7 +145,7 @@ class ChunkLines:
         self._buf = bytearray()
         self._skip = False
         self._head: bytes | None = None  # the collector prefix of a line longer than HOLD, once cut
-        self.holes = Holes()
+        self._holes = Holes()
 
     def gap(self) -> None:
         """Bytes of the stream were lost: drop the unfinished line and the rest of it."""
@@ -165,7 +165,7 @@ class ChunkLines:
         held = len(buf)
         buf += chunk
         with memoryview(buf) as view:  # NUL holes dropped as a file's are (a run cut between chunks too)
-            end = self.holes.drop(buf, view, 0, held, len(buf))
+            end = self._holes.drop(buf, view, 0, held, len(buf))
         del buf[end:]
         cut = buf.rfind(b"\n") + 1
         if not cut:

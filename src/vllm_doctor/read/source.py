@@ -104,8 +104,8 @@ def without_holes(data: bytes | bytearray | memoryview) -> bytes | bytearray | m
 
 class Holes:
     """Drops NUL holes (runs of NUL_RUN or more NULs) from bytes as they arrive, in place: a file
-    read (Source) and serve's live watch (a child that prints NULs) alike. A run cut between two
-    reads is dropped whole."""
+    or stdin read (Source) and a stream read in chunks (logread.ChunkLines: serve's live watch,
+    explain --follow) alike. A run cut between two reads is dropped whole."""
 
     def __init__(self) -> None:
         self.nuls = self.holes = 0  # NUL bytes dropped, in how many runs
