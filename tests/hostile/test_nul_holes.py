@@ -98,3 +98,34 @@ def test_real_binary_files_are_still_refused(tmp_path, data):
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "binary data" in proc.stderr, proc.stderr
+
+
+HOLE = 100_000  # NULs a write: 38 MB of them in all, far past what the watch queues (watch.QUEUED)
+
+
+def test_serve_watch_drops_the_nul_holes_a_child_prints(tmp_path, fake_bin):
+    """A child that prints NUL runs between its stats lines: the live watch reads past them as
+    a file's reader does (and warns), while the operator's output keeps every byte."""
+    from conftest import LAB
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
+    env.update(FAKE_REPLAY=str(LAB / "queue-saturation.log"), FAKE_ALL_STDOUT="1", FAKE_NULS=str(HOLE), NO_COLOR="1")
+    p = subprocess.run(
+        [sys.executable, "-m", "vllm_doctor", "serve", "--vllm-bin", str(fake_bin), "--preflight", "off", "--", "m"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert p.returncode == 0
+    recording = (LAB / "queue-saturation.log").read_bytes()
+    assert p.stdout == b"".join(ln + b"\n" + b"\0" * 2 * HOLE for ln in recording.split(b"\n")[:-1])
+    warnings = [ln for ln in p.stderr.decode().splitlines() if "[vllm-doctor] warning" in ln]
+    assert len(warnings) == 1 and "queue-saturation" in warnings[0]
+
+
+def test_chunk_lines_drop_a_nul_hole_cut_between_chunks():
+    pf = Prefilter(["Running: "])
+    reader = logread.ChunkLines(pf)
+    got = reader.feed(b"a\n" + b"\0" * 10) + reader.feed(b"\0" * 10 + b"Running: 1 reqs\n\0\0\0x Running: 2\n")
+    assert [(x.no, x.raw) for x in got] == [(2, "Running: 1 reqs"), (3, "\0\0\0x Running: 2")]

@@ -88,3 +88,36 @@ def test_death_signal_is_a_no_op_without_prctl():
     from vllm_doctor.serve import process
 
     assert process._death_signal(None, os.getpid()) is None
+
+
+@linux
+def test_a_descendant_that_left_the_group_gets_the_forwarded_signal(tmp_path, fake_bin):
+    """A worker that called setsid() is out of the group a signal to serve is forwarded to: it
+    is sent the signal too (vLLM's workers shut down on SIGTERM), so it ends with the server,
+    not at the reaping after --reap-wait."""
+    pid_file = tmp_path / "escaped"
+    ready = tmp_path / "ready"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "vllm_doctor", "serve", "--vllm-bin", str(fake_bin), "--preflight", "off"]
+        + ["--grace", "2", "--reap-wait", "30", "--", "m"],
+        cwd=tmp_path,
+        env=_env(FAKE_END="wait", FAKE_ESCAPE="plain", FAKE_ESCAPE_PID=pid_file, FAKE_READY=ready),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait(lambda: ready.exists() and pid_file.exists(), what="the child never started")
+        escaped = int(pid_file.read_text().split()[1])
+        assert _alive(escaped)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0  # the child's: its clean shutdown
+    assert not _alive(escaped)
+    assert pid_file.read_text().split()[2:] == ["TERM"]  # it was told, not only killed
+    assert took < 10, err  # well before --reap-wait

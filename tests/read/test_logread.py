@@ -298,3 +298,38 @@ def test_a_damaged_prefilter_cache_is_rebuilt(tmp_path, monkeypatch):
     third = Prefilter(ANCHORS)
     third._build()
     assert third.scan(data) == want and third.engine == "hyperscan"
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [b"\x1b[36mvllm-1  | \x1b[0m", b"[pod/vllm-0/vllm] ", b"2026-11-30T01:53:24.123456789Z stdout F "],
+    ids=["compose", "kubectl", "cri"],
+)
+def test_every_piece_of_a_long_line_keeps_its_collector_prefix(prefix):
+    """A piece cut from inside a line longer than MAX_LINE is given the line's collector prefix
+    back: it is parsed as the line is, and keeps its container."""
+    head = prefix + b"(APIServer pid=1) INFO 11-30 01:53:24 [a.py:1] "
+    long = head + b"y" * (logread.MAX_LINE + 4000) + b" out of memory " + b"z" * 1000
+    assert long.index(b"out of memory") > logread.MAX_LINE
+    shown = strip_colour(prefix.decode())
+    for data in (b"first\n" + long + b"\nlast\n", b"first\n" + long + b"\r" + b"w" * 20 + b"\n"):
+        got, _ = read_bytes(data)
+        pieces = [g for g in got if g[0] == 2]
+        assert len(pieces) == 1 and pieces[0][5]
+        no, text, raw, *_ = pieces[0]
+        assert raw.startswith(shown) and "out of memory" in text
+        assert not text.startswith(shown.strip()) and len(raw) <= 2 * logread.WINDOW + len(shown)
+    chunks = logread.ChunkLines(Prefilter(ANCHORS))
+    lines = chunks.feed(b"first\n" + long[:9000]) + chunks.feed(long[9000:] + b"\n")
+    assert [x.raw[: len(shown)] for x in lines] == [shown]
+
+
+def test_every_piece_of_a_line_longer_than_the_buffer_keeps_its_collector_prefix(monkeypatch):
+    monkeypatch.setattr(logread, "BLOCK", 4096)
+    monkeypatch.setattr(logread, "FIRST_BLOCK", 1024)
+    monkeypatch.setattr(logread, "WINDOW", 256)
+    long = b"[pod/vllm-0/vllm] " + b"q" * 5000 + b"out of memory" + b"q" * 9000 + b"EngineDeadError" + b"q" * 900
+    got, _ = read_bytes(b"one\n" + long + b"\nthree\n")
+    pieces = [g for g in got if g[0] == 2 and g[5]]
+    assert [p[6] for p in pieces] == [(1,), (3,)]
+    assert all(p[2].startswith("[pod/vllm-0/vllm] ") for p in pieces)

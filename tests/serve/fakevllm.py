@@ -13,10 +13,14 @@ Told by environment variables:
                        finishing the line afterwards; with FAKE_PARTIAL_AT=n, before replayed
                        line n, finished FAKE_PARTIAL_S seconds after the replay
   FAKE_ALL_STDOUT=1    replay every line to stdout
+  FAKE_NULS=n          after each replayed line, n NULs (a hole, as a preallocated file reads) and
+                       a second write of n more, no newline: they start the next line
   FAKE_ORPHAN=1        start a child (argv[0] VLLM::EngineCore) that ignores SIGINT/SIGTERM and
                        sleeps, holding stdout and stderr, like vLLM's orphaned engine
   FAKE_ESCAPE=1        start a child (argv[0] VLLM::Escaped) that calls setsid() (a session and
-                       process group of its own) and sleeps, holding stdout and stderr
+                       process group of its own) and sleeps, holding stdout and stderr, ignoring
+                       SIGINT/SIGTERM/SIGHUP; FAKE_ESCAPE=plain: the same, ignoring nothing, and
+                       writing "escaped <pid>" to FAKE_ESCAPE_PID, "TERM" to it when it gets SIGTERM
   FAKE_READY=path      create this file once the replay is done
   FAKE_ARGV=path       write the arguments received here (one per line)
   FAKE_END=            how it ends:
@@ -47,12 +51,16 @@ def emit(stream, data: bytes) -> None:
 
 def replay(path: str, delay: float, partial_at: int = 0) -> None:
     one_stream = bool(os.environ.get("FAKE_ALL_STDOUT"))
+    nuls = b"\0" * int(os.environ.get("FAKE_NULS", "0"))
     with open(path, "rb") as f:
         for no, line in enumerate(f, 1):
             if no == partial_at:
                 emit(ERR, os.environ["FAKE_PARTIAL"].encode())
             uvicorn = line.startswith((b"INFO:  ", b"ERROR:  ", b"WARNING:  "))
             emit(ERR if uvicorn and not one_stream else OUT, line)
+            if nuls:  # two writes: a hole the pump may read as two chunks
+                emit(OUT, nuls)
+                emit(OUT, nuls)
             if delay:
                 time.sleep(delay)
     if partial_at:
@@ -117,8 +125,15 @@ def main() -> None:
             stdin=subprocess.DEVNULL,
         )
     if env.get("FAKE_ESCAPE"):
+        plain = env["FAKE_ESCAPE"] == "plain"
+        script = (
+            'echo "escaped $$" > "$FAKE_ESCAPE_PID"; trap \'echo TERM >> "$FAKE_ESCAPE_PID"; exit 143\' TERM; '
+            "sleep 300 & wait"
+            if plain
+            else "trap '' INT TERM HUP; exec -a VLLM::Escaped sleep 300"
+        )
         subprocess.Popen(
-            ["bash", "-c", "trap '' INT TERM HUP; exec -a VLLM::Escaped sleep 300"],
+            ["bash", "-c", script],
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )

@@ -245,3 +245,23 @@ def test_chunk_queue_drops_rather_than_blocks():
     assert q.get() == [(False, [b"12345"]), (True, [b"abc"])]
     q.close()
     assert q.get() is None
+
+
+def test_signal_left_reaches_only_our_childs_escaped_descendants(tmp_path):
+    """process.signal_left: the descendants of our child that left its group; nothing for a pid
+    that is not our child (one that was waited for may be another process's by now)."""
+    script = "import os, subprocess, time; subprocess.Popen(['sleep', '30'], start_new_session=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", script], process_group=0)
+    try:
+        for _ in range(200):
+            table = process._table()
+            left = [p for p in process._below(table, child.pid, set()) if table[p][1] != child.pid]
+            if left:
+                break
+            time.sleep(0.05)
+        assert left
+        assert process.signal_left(os.getppid(), 0) == []  # our parent: no child of ours
+        assert process.signal_left(child.pid, signal.SIGTERM) == left
+    finally:
+        process.signal_group(child.pid, signal.SIGKILL)
+        child.wait()

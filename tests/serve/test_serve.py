@@ -501,3 +501,55 @@ def test_under_serve_this_machines_gpus_inform_the_fixes(tmp_path, fake_bin, mon
     assert data["facts"]["gpu"]["this_host"] is True
     actions = [f["action"] for d in data["diagnoses"] for f in d["fixes"]]
     assert "Lower --gpu-memory-utilization to 0.72: other processes hold 20 GiB on this GPU" in actions
+
+
+# --------------------------------------------------------------------------------------------
+# the cost of the exit
+# --------------------------------------------------------------------------------------------
+HEALTHY = (  # a healthy server's lines, as the bench prints them (bench/passthrough.py)
+    b"INFO:     Application startup complete.\n"
+    + b"(APIServer pid=1) INFO 11-30 01:58:00 [engine.py:316] Added request cmpl-000001-0.\n" * 50
+    + b"(APIServer pid=1) INFO 11-30 01:58:01 [loggers.py:335] Engine 000: Avg prompt throughput: 657.3 tokens/s, "
+    b"Avg generation throughput: 31.8 tokens/s, Running: 7 reqs, Waiting: 0 reqs, GPU KV cache usage: 12.4%, "
+    b"Prefix cache hit rate: 0.0%\n"
+)
+
+
+def test_a_clean_exit_of_a_healthy_server_skips_the_explain(tmp_path, fake_bin, monkeypatch):
+    """Status 0 after ready, and no line a blocker rule (or the fallback's traceback records) is
+    tried on: the explain could only say healthy, and nothing would be written, so it is not run
+    (it parses every line: seconds for tens of MB, while the operator's terminal waits)."""
+    import vllm_doctor.pipeline as explain_mod
+
+    calls = []
+    real = explain_mod.explain
+    monkeypatch.setattr(explain_mod, "explain", lambda *a, **k: calls.append(a) or real(*a, **k))
+    (tmp_path / "healthy.log").write_bytes(HEALTHY)
+    o, out, err = _in_process(tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=tmp_path / "healthy.log")
+    assert o.status == 0 and o.ready and o.report_dir is None and not calls
+    ready = b"INFO:     Application startup complete.\n"  # uvicorn's: on stderr
+    assert out == HEALTHY[len(ready) :] and err.startswith(ready)
+    # a fatal line behind a clean exit, or a traceback, is still explained and reported
+    for log in (LAB / "unsupported-head-dim.log", next(FIXTURES.glob("logs/*/0.33.0_keyerror-compose-rfc3339*.log"))):
+        o, _, _ = _in_process(tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=log, FAKE_END="exit:0")
+        assert o.status == 0 and o.report_dir is not None and calls
+        calls.clear()
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def test_only_a_log_with_a_blocker_anchor_can_fail():
+    """What the skip rests on (capture.may_fail), held on every lab recording and fixture: a log
+    that it finds nothing in never explains as failed."""
+    from vllm_doctor.knowledge.checks import Options
+    from vllm_doctor.matching.loader import load
+    from vllm_doctor.pipeline import explain
+    from vllm_doctor.serve.capture import may_fail
+
+    rules = load()
+    logs = sorted([*FIXTURES.glob("lab/*.log"), *FIXTURES.glob("logs/*/*.log")])
+    free = [p for p in logs if not may_fail(p, rules)]
+    assert len(free) >= 10 and len(free) < len(logs)  # both kinds are there
+    options = Options(lookup_model=False, offline=True, gpu=False)
+    assert [p.name for p in free if explain([str(p)], rules, options).status == "failed"] == []

@@ -18,9 +18,9 @@ from typing import Any, BinaryIO
 from vllm_doctor.data import Line
 from vllm_doctor.read import lineparse
 from vllm_doctor.read.prefilter import Prefilter
-from vllm_doctor.read.source import ReadError, Source, open_input
+from vllm_doctor.read.source import Holes, ReadError, Source, open_input
 
-__all__ = ["ReadError", "ReadStats", "read", "ChunkLines"]
+__all__ = ["ReadError", "ReadStats", "read", "holds_any", "ChunkLines"]
 
 BLOCK = 16 << 20  # bytes read at a time
 REGION = 1 << 20  # bytes of whole lines scanned and selected at a time (bounds the hits held at once)
@@ -55,6 +55,14 @@ def read(paths: list[str], prefilter: Prefilter, stats: ReadStats) -> Iterator[L
                 stream.close()
 
 
+def holds_any(paths: list[str], anchors: list[str]) -> bool:
+    """Whether a line of the inputs holds one of the anchors, found as `read` finds them (the
+    same repairs of the bytes, the same prefilter): a pass at the prefilter's speed, which stops
+    at the first such line. A rule can match only on a line that holds one of its anchors."""
+    stats = ReadStats()
+    return bool(anchors) and any(line.hit for line in read(paths, Prefilter(anchors), stats))
+
+
 def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: ReadStats) -> Iterator[Line]:
     """One input, through one reused buffer: [0:have) holds the bytes not yet split into lines.
 
@@ -70,6 +78,7 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
     tail: list[tuple[int, bytes]] = []  # the last lines of the previous region, for context
     need_after = 0  # context lines still owed to the previous region's last hit
     emitted = 0  # highest line number yielded so far
+    long_head: bytes | None = None  # the collector prefix of a line longer than the buffer, once cut
     while True:
         free = len(buf) - have
         n = src.fill(buf, have)
@@ -84,11 +93,17 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
             break
         if cut == 0 and end == BLOCK:
             # one line longer than the buffer: match what we have in pieces, keep an overlap
-            yield from _fragment(buf, end, base + 1, source, pf)
+            yield from _fragment(buf, end, base + 1, source, pf, long_head)
+            if long_head is None:
+                long_head = _head(buf, 0, end)
             have = min(OVERLAP, BLOCK // 4)
             view[:have] = view[end - have : end]
             continue
         lo = 0
+        if long_head is not None:  # the rest of a line longer than the buffer: in pieces, as the rest of it
+            lo = buf.find(b"\n", 0, cut) + 1
+            yield from _fragment(buf, lo - 1, base + 1, source, pf, long_head)
+            base, emitted, long_head = base + 1, base + 1, None
         while lo < cut:  # in regions of about REGION bytes: what a region's hits hold is bounded
             hi = buf.find(b"\n", min(lo + REGION, cut - 1), cut) + 1
             selected, need_after, count = _select(buf, lo, hi, base, pf, tail, need_after)
@@ -116,9 +131,9 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
 class ChunkLines:
     """Candidate lines of a stream that arrives in chunks (a pipe passed through live): the
     prefilter runs over each chunk's whole lines, only hit lines are decoded, a line longer
-    than MAX_LINE (or with CRs inside) is matched in pieces around its anchors, and one longer
-    than HOLD as it comes, as `read` does. No context lines. Holds only the bytes of an
-    unfinished line (at most HOLD).
+    than MAX_LINE (or with CRs inside) is matched in pieces around its anchors, one longer than
+    HOLD as it comes, and NUL holes are dropped, as `read` does. No context lines. Holds only
+    the bytes of an unfinished line (at most HOLD).
     """
 
     HOLD = 1 << 20
@@ -129,6 +144,8 @@ class ChunkLines:
         self.lines = 0  # lines before the held bytes
         self._buf = bytearray()
         self._skip = False
+        self._head: bytes | None = None  # the collector prefix of a line longer than HOLD, once cut
+        self._holes = Holes()
 
     def gap(self) -> None:
         """Bytes of the stream were lost: drop the unfinished line and the rest of it."""
@@ -145,14 +162,21 @@ class ChunkLines:
             self.lines += 1
             chunk = memoryview(chunk)[nl + 1 :]
         buf, pf = self._buf, self.pf
+        held = len(buf)
         buf += chunk
+        with memoryview(buf) as view:  # NUL holes dropped as a file's are (a run cut between chunks too)
+            end = self._holes.drop(buf, view, 0, held, len(buf))
+        del buf[end:]
         cut = buf.rfind(b"\n") + 1
         if not cut:
             if len(buf) <= self.HOLD:
                 return []
-            out = list(_fragment(buf, len(buf), self.lines + 1, self.source, pf))
+            out = _fragment(buf, len(buf), self.lines + 1, self.source, pf, self._head)
+            if self._head is None:
+                self._head = _head(buf, 0, len(buf))
             del buf[: len(buf) - OVERLAP]
             return out
+        self._head = None
         hits, counted_to, newlines = _hit_lines(buf, 0, cut, self.lines, pf)
         out = []
         for no, start, end, anchor_ids in hits:
@@ -256,10 +280,12 @@ def _tail(buf: bytearray, lo: int, cut: int, total: int) -> list[tuple[int, byte
     return out
 
 
-def _fragment(buf: bytearray, end: int, no: int, source: int, pf: Prefilter) -> Iterator[Line]:
-    """The pieces around the anchors in buf[:end], a piece of a line too long to hold whole."""
-    for piece, ids in _pieces(buf, _spans(buf, 0, end, pf), pf):
-        yield _hit(no, piece, source, ids)
+def _fragment(buf: bytearray, end: int, no: int, source: int, pf: Prefilter, head: bytes | None) -> list[Line]:
+    """The pieces around the anchors in buf[:end], a piece of a line too long to hold whole;
+    head is the line's collector prefix when buf does not start the line (None when it does)."""
+    start = 0 if head is None else -1
+    pieces = _pieces(buf, _spans(buf, 0, end, pf), pf, start, _head(buf, 0, end) if head is None else head)
+    return [_hit(no, piece, source, ids) for piece, ids in pieces]
 
 
 def _scan(data: bytes | bytearray, lo: int, hi: int, pf: Prefilter) -> Iterator[tuple[int, int]]:
@@ -298,13 +324,15 @@ def _spans(data: bytes | bytearray, lo: int, end: int, pf: Prefilter) -> Iterato
         yield span
 
 
-def _pieces(data: bytes | bytearray, spans, pf: Prefilter) -> Iterator[tuple[bytes, tuple[int, ...]]]:
+def _pieces(data: bytes | bytearray, spans, pf: Prefilter, line_start: int, head: bytes
+            ) -> Iterator[tuple[bytes, tuple[int, ...]]]:  # fmt: skip
     """Each distinct piece's bytes and anchors, as they are cut: a line that repeats itself (a
     hostile one, a message pasted in a loop) has a few distinct pieces however many anchors it
-    holds, and matching the same bytes again finds nothing new."""
+    holds, and matching the same bytes again finds nothing new. A piece that does not start the
+    line (at line_start) starts with head, the line's collector prefix."""
     seen: set[int] = set()
     for s, e, ids in spans:
-        piece = bytes(data[s:e])
+        piece = bytes(data[s:e]) if s == line_start or not head else head + data[s:e]
         if hash(piece) not in seen:
             if len(seen) > 4096:  # bounded: a repeat is near the piece it repeats
                 seen.clear()
@@ -313,15 +341,24 @@ def _pieces(data: bytes | bytearray, spans, pf: Prefilter) -> Iterator[tuple[byt
 
 
 def _cut(buf: bytes | bytearray, start: int, end: int, pf: Prefilter) -> Iterator[tuple[bytes, tuple[int, ...]]]:
-    """The pieces of the hit line buf[start:end] (its CRs at the end aside)."""
+    """The pieces of the hit line buf[start:end] (its CRs at the end aside), each a piece cut
+    from inside the line given the line's collector prefix back (_head)."""
     while end > start and buf[end - 1] == 0x0D:
         end -= 1
     empty = True
-    for piece in _pieces(buf, _spans(buf, start, end, pf), pf):
+    for piece in _pieces(buf, _spans(buf, start, end, pf), pf, start, _head(buf, start, end)):
         empty = False
         yield piece
     if empty:  # (only the fallback engine can report a hit that a rescan does not see)
         yield bytes(buf[start : start + MAX_LINE]), ()
+
+
+def _head(buf: bytes | bytearray, start: int, end: int) -> bytes:
+    """The collector prefixes (docker compose, kubectl, CRI, syslog, CI) the line buf[start:end]
+    starts with, colour codes undone (compose colours its service names): what every piece cut
+    from inside the line is given back, so that it keeps its container as the line does."""
+    text = lineparse.strip_colour(bytes(buf[start : min(end, start + 256)]).decode("utf-8", "replace"))
+    return lineparse.collector_prefix(text).encode()
 
 
 def _visible(buf: bytes | bytearray, start: int, end: int) -> bytes:
@@ -347,8 +384,7 @@ def _line(no: int, raw, source: int, anchors: tuple[int, ...], hit: bool, pf: Pr
     if callable(raw):
         pieces = raw()
     elif len(raw) > MAX_LINE or b"\r" in raw.rstrip(b"\r"):
-        head = lineparse.collector_prefix(raw[:256].decode("utf-8", "replace")).encode()
-        pieces = ((p if not head or raw.startswith(p) else head + p, ids) for p, ids in _cut(raw, 0, len(raw), pf))
+        pieces = _cut(raw, 0, len(raw), pf)
     else:
         pieces = [(raw, anchors)]
     for piece, ids in pieces:

@@ -31,6 +31,23 @@ def write_all(fd: int, pieces: list) -> None:
             pieces[0] = pieces[0][n:]
 
 
+def may_fail(path: Path, rules: list) -> bool:
+    """Whether the explain of the capture can fail the report: only when a line holds the anchor
+    of a blocker rule, or of a traceback record that the fallback (unrecognised-failure) reads.
+    A healthy server's capture of tens of MB then skips the explain, which reads and parses
+    every line (seconds) only to say healthy and be discarded; this pass runs at the
+    prefilter's speed and stops at the first such line."""
+    from vllm_doctor.read.logread import holds_any
+
+    blockers = [r for r in rules if r.kind == "diagnosis" and r.severity == "blocker"]
+    if any(not r.anchors and not r.fallback for r in blockers):
+        return True  # a rule tried on facts alone: only the explain can tell
+    anchors = {a for r in blockers for a in r.anchors}
+    if any(not r.anchors for r in blockers):
+        anchors |= {a for r in rules if r.series == "traceback" for a in r.anchors}
+    return holds_any([str(path)], sorted(anchors))
+
+
 class Capture:
     def __init__(self, note: Callable[[str], None], errors: list[str]):
         self.note = note  # one line for the operator

@@ -46,11 +46,17 @@ def finish(w: Wrapper) -> None:
         from vllm_doctor.knowledge.checks import Options
         from vllm_doctor.matching.loader import load
         from vllm_doctor.pipeline import explain
+        from vllm_doctor.serve.capture import may_fail
 
         # the model's config.json from its directory or the HF cache (never the network: the
         # server has just died, the report should not wait), and the GPUs as they were at the exit
         options = Options(lookup_model=True, offline=True, gpu_snapshot=w.gpu_snapshot, this_host=True)
-        report = explain([str(w.capture_path)], load() if opts.rules is None else opts.rules, options)
+        rules = load() if opts.rules is None else opts.rules
+        clean = o.status == 0 and not o.signal and o.ready and not opts.always_report
+        if clean and (w.capture_path is None or not may_fail(w.capture_path, rules)):
+            w.discard_capture()  # no report to write: the explain of the capture could only say healthy
+            return
+        report = explain([str(w.capture_path)], rules, options)
         report.paths = ["server.log"]
     except Exception as e:
         diag_error = f"{type(e).__name__}: {e}"

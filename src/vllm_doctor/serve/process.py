@@ -1,7 +1,8 @@
 """vLLM's processes: started in a process group of their own, signalled as a group, and
 whatever outlives the main process reaped and named (Linux /proc; elsewhere the group).
 
-A descendant can leave the group (setsid(), setpgid()); on Linux the wrapper is a child
+A descendant can leave the group (setsid(), setpgid()); a forwarded signal reaches it too
+(`signal_left` walks parent links down from the child). On Linux the wrapper is a child
 subreaper (PR_SET_CHILD_SUBREAPER), so such a process, once its parent is gone, becomes the
 wrapper's child instead of init's, and `family` finds it by walking parent links down from
 the wrapper. The child gets PR_SET_PDEATHSIG: if the wrapper is killed (SIGKILL, the OOM
@@ -149,6 +150,38 @@ def group_members(pgid: int) -> list[tuple[int, str]]:
     ]
 
 
+def _below(table: dict[int, tuple[int, int, str, str]], root: int, skip: set[int]) -> set[int]:
+    """The descendants of `root` in a /proc table (parent links walked down), less `skip` and theirs."""
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _pgrp, _state, _name) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    below, todo = set(), [p for p in kids.get(root, []) if p not in skip]
+    while todo:
+        p = todo.pop()
+        if p not in below:
+            below.add(p)
+            todo += kids.get(p, [])
+    return below
+
+
+def signal_left(pid: int, signum: int) -> list[int]:
+    """Send a signal to the descendants of our child `pid` that left its process group
+    (setsid(), setpgid()), which a signal to the group misses; returns their pids (Linux /proc).
+    Nothing once `pid` is no child of ours: it was waited for, and may be another process now."""
+    table = _table()
+    sent: list[int] = []
+    if table.get(pid, (0,))[0] != os.getpid():  # not our child (any more): the pid may be another's now
+        return sent
+    for p in sorted(_below(table, pid, set())):
+        if table[p][1] != pid and table[p][2] not in ("Z", "X"):
+            try:
+                os.kill(p, signum)
+                sent.append(p)
+            except OSError:
+                pass
+    return sent
+
+
 def family(pgid: int, exclude: Iterable[int] = ()) -> list[tuple[int, str, bool]]:
     """(pid, command line, left the group) of what is left of vLLM: its process group, and the
     descendants of this process that are not in it (those that called setsid(); orphans come
@@ -157,15 +190,7 @@ def family(pgid: int, exclude: Iterable[int] = ()) -> list[tuple[int, str, bool]
     table = _table()
     me = os.getpid()
     skip = set(exclude) | {me}
-    kids: dict[int, list[int]] = {}
-    for pid, (ppid, _pgrp, _state, _name) in table.items():
-        kids.setdefault(ppid, []).append(pid)
-    below, todo = set(), [p for p in kids.get(me, []) if p not in skip]
-    while todo:
-        p = todo.pop()
-        if p not in below:
-            below.add(p)
-            todo += kids.get(p, [])
+    below = _below(table, me, skip)
     out = []
     for pid in sorted(below | {p for p, row in table.items() if row[1] == pgid}):
         ppid, pgrp, state, name = table[pid]

@@ -1,5 +1,6 @@
 """Signals to the wrapper go to vLLM's process group: forwarded at once by the handler, then
-accounted for in the loop (the note, the grace deadline, SIGKILL after it or a third interrupt)."""
+accounted for in the loop (the note, the grace deadline, SIGKILL after it or a third interrupt).
+The child's descendants that left the group (setsid()) are sent each of them too."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_doctor.serve.options import TAG, Outcome, signal_name
-from vllm_doctor.serve.process import signal_group
+from vllm_doctor.serve.process import signal_group, signal_left
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -49,6 +50,7 @@ class Forwarder:
         if self.pid is None:
             self._pending.append(signum)
             return
+        signal_left(self.pid, signum)  # first, while the child (not yet told) still links to them
         signal_group(self.pid, signum)
         self._sent.append(signum)
 
@@ -59,6 +61,7 @@ class Forwarder:
             return
         while self._pending:  # came while the child was starting
             signum = self._pending.pop(0)
+            signal_left(self.pid, signum)
             signal_group(self.pid, signum)
             self._sent.append(signum)
         while self._sent:
@@ -84,4 +87,5 @@ class Forwarder:
         self.outcome.escalated = True
         hang = " while it was waiting for connections to close" if self.outcome.hung else ""
         self.note(f"{TAG} vLLM did not exit{hang}; sent SIGKILL to its process group after {why}")
+        signal_left(self.pid, signal.SIGKILL)  # first, while the child still links to them
         signal_group(self.pid, signal.SIGKILL)

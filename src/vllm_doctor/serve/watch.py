@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 
 from vllm_doctor.data import Rule
+from vllm_doctor.read.source import without_holes
 from vllm_doctor.serve.options import TAG
 
 QUEUED = 4 << 20  # bytes waiting for the watch at most; past this, chunks are dropped
@@ -85,7 +86,8 @@ class Watcher(threading.Thread):
 
     def feed(self, pieces: list) -> None:
         if self.failed is None and not self.warned and pieces:
-            self.q.put(pieces)
+            # NUL holes dropped before they are queued: a hole of megabytes is no reason to drop lines
+            self.q.put([without_holes(p) for p in pieces])
 
     def stop(self) -> None:
         self.q.close()
