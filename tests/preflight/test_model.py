@@ -151,3 +151,34 @@ def test_an_unreachable_hub_is_a_warning():
     note = "org/m: Hugging Face is unreachable (timed out); going on without the model config"
     (found,) = model.config_verdict("org/m", Resolved(None, note=note))
     assert (found.severity, found.rule, found.summary) == ("warning", "check-hub-unreachable", note)
+
+
+def _preflight_in_serve(tmp_path, mode: str) -> int:
+    """serve's preflight (the gate, in a process of its own: the Hub's endpoint is read at import)
+    against a local Hub that counts what reaches it; the number of requests."""
+    hits: list[str] = []
+
+    class Counting(_GatedHub):
+        def do_HEAD(self):  # noqa: N802
+            hits.append(self.path)
+            super().do_HEAD()
+
+        do_GET = do_HEAD
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "VLLM_"))}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{server.server_address[1]}", HF_HUB_CACHE=str(tmp_path),
+               HF_HOME=str(tmp_path / "home"))  # fmt: skip
+    code = f"from vllm_doctor.preflight.gate import before_serve; before_serve(['org/gated'], {mode!r})"
+    try:
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=60, cwd=tmp_path, check=True)
+    finally:
+        server.shutdown()
+        server.server_close()
+    return len(hits)
+
+
+def test_serves_warn_preflight_never_waits_on_the_hub_strict_asks_it(tmp_path):
+    assert _preflight_in_serve(tmp_path, "warn") == 0  # the start is not held up by the network
+    assert _preflight_in_serve(tmp_path, "strict") > 0

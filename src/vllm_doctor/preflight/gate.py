@@ -31,7 +31,9 @@ def before_serve(vllm_args: list[str], mode: str, err: IO[str] | None = None) ->
         from vllm_doctor.preflight.args import parse
         from vllm_doctor.preflight.run import preflight
 
-        report = preflight(parse(vllm_args))
+        # warn never waits on the network before the server starts (an air-gapped host would stall
+        # the start on the Hub's timeouts): the HF cache only; strict, which may refuse, asks the Hub
+        report = preflight(parse(vllm_args), offline=mode != "strict")
     except Exception as e:  # noqa: BLE001 - the server matters more than the preflight
         print(f"{TAG}: could not run ({type(e).__name__}: {e}); starting anyway", file=err, flush=True)
         return None
