@@ -67,7 +67,7 @@ def model_kv(inp: CheckInput) -> tuple[ModelShape, float, str, int, int] | None:
         return None
     from vllm_doctor.capacity import arithmetic as cap
 
-    element, dtype = cap.kv_element_bytes(inp.get("kv_cache_dtype"), inp.get("dtype") or shape.dtype)
+    element, dtype = cap.kv_element_bytes(inp.get("kv_cache_dtype"), cap.serving_dtype(inp.get("dtype"), shape.dtype))
     tp = int(inp.get("tp", "tensor_parallel_size") or 1)
     return shape, element, dtype, tp, cap.kv_bytes_per_token(shape, element, tp)
 

@@ -27,10 +27,7 @@ def weights_per_gpu(inp: CheckInput, shape: ModelShape, tp: int) -> tuple[float,
     logged = inp.get("memory.weights_gib", "weights_gib")
     if logged is not None:
         return float(logged) * cap.GIB, None
-    said = str(inp.get("dtype") or "auto").lower().removeprefix("torch.")
-    dtype = said if said != "auto" else str(shape.dtype or "bfloat16").lower().removeprefix("torch.")
-    if said == "auto" and dtype in ("float32", "float"):  # vLLM serves a float32 checkpoint in 16 bits
-        dtype = "bfloat16"
+    dtype = cap.serving_dtype(inp.get("dtype"), shape.dtype)
     quant = inp.get("quantization")
     online = None if shape.quant_method or str(quant).lower() in ("none", "") else str(quant)
     if shape.tally is not None and (online is None or online.lower().startswith("fp8")):

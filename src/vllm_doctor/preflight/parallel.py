@@ -83,7 +83,10 @@ def tp_needed(ctx: Context) -> list[Finding]:
     shape, card = ctx.shape(), min(d.total_mib for d in ctx.gpus()) * 2**20
     if not shape.params:
         raise CannotRun("the parameter count is unknown")
-    weights = shape.params * cap.weight_bytes_per_param(shape.dtype, shape.quant_bits)[0]
+    weights = (
+        shape.params
+        * cap.weight_bytes_per_param(cap.serving_dtype(ctx.args.text("dtype"), shape.dtype), shape.quant_bits)[0]
+    )
     util = ctx.args.utilization
     if weights >= card * util / 2:
         return []
