@@ -90,10 +90,12 @@ def gpu_sharing(inp: CheckInput) -> CheckResult:
     if worst is None:
         return CheckResult({})
     total, index, shares = worst
+    from vllm_doctor.capacity.colocated import oversubscribed
+
     named = ", ".join(f"pid {pid}{f' ({model})' if model else ''} {util:g}" for pid, model, util in shares)
     return CheckResult(
         {
-            "gpu_oversubscribed": total >= 1.0,
+            "gpu_oversubscribed": oversubscribed(util for _, _, util in shares),
             "shared_gpu": index,
             "shared_gpu_servers": named,
             "utilization_sum": total,
