@@ -29,7 +29,7 @@ from vllm_doctor.knowledge.runtime import (
     request_errors,
     ttft_split,
 )
-from vllm_doctor.knowledge.sizing import FROM_HEADERS, WEIGHTS_READS, gpu_sharing, tp_unneeded, weights_per_gpu
+from vllm_doctor.knowledge.sizing import WEIGHTS_READS, gpu_sharing, tp_unneeded, weights_per_gpu
 from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
 from vllm_doctor.knowledge.traffic import prompt_budget, queue_kind, request_limit
 
@@ -94,6 +94,7 @@ def _from_model(inp: CheckInput) -> _ModelFit:
         return out
     from vllm_doctor.capacity import arithmetic as cap
     from vllm_doctor.capacity import kvcache
+    from vllm_doctor.capacity.weights import FROM_HEADERS
 
     shape, tp = km.shape, km.tp
     bpt = cap.kv_bytes_per_token(shape, km.element_bytes, tp)
