@@ -224,9 +224,10 @@ def kv_fit(inp: CheckInput) -> CheckResult:
             halved = 2 * float(available) >= float(needed)  # rounded GiB: the config's check when known
             out["fp8_kv_fits"] = model.fp8_fits if model.fp8_fits is not None else halved
         if util is not None and total:
-            want = float(util) + (float(needed) - float(available)) / float(total)
-            out["utilization_needed"] = math.ceil(want * 100) / 100
-            out["utilization_needed_unsafe"] = out["utilization_needed"] > SAFE_UTILIZATION
+            from vllm_doctor.capacity import arithmetic as cap
+
+            want = cap.utilization_needed(float(util), float(needed), float(available), float(total))
+            out["utilization_needed"], out["utilization_needed_unsafe"] = want, want > cap.SAFE_UTILIZATION
     if util is not None:
         out["can_raise_utilization"] = float(util) < RAISE_UTILIZATION_BELOW
         out["raised_utilization"] = RAISE_UTILIZATION_BELOW
