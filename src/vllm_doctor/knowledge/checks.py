@@ -47,7 +47,6 @@ __all__ = [
 ]  # the contract types, for callers
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's block size on CUDA when the log does not say (kvmodel.block_size)
-SAFE_UTILIZATION = 0.95  # above this, a startup failure is traded for a mid-traffic OOM
 RAISE_UTILIZATION_BELOW = 0.90
 CONFIG_AGREES = 0.01  # config.json's cache for one sequence within 1% of vLLM's printed figure
 MAX_TP_LISTED = 8  # tensor-parallel sizes listed when the GPU count is unknown
