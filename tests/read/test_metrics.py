@@ -87,7 +87,7 @@ def test_series_tells_cache_full_from_sequence_cap():
     r = from_metrics(sat)
     assert top(r).category == "queue-saturation"
     assert r.facts["stats"]["preemptions"] == 4
-    assert r.facts["metrics"]["scrapes"] == 6 and r.facts["metrics"]["seconds"] == 50
+    assert r.facts["metrics"]["scrapes"] == 6 and metrics.to_facts(sat).window["seconds"] == 50  # the window's
     cap = [scrape(LAB / f"queue-saturation-max-num-seqs.metrics-{i}.txt", at=10.0 * i) for i in (1, 2, 3)]
     r = from_metrics(cap)
     assert top(r).category == "queue-sequence-cap"

@@ -379,9 +379,10 @@ def warnings(last: Scrape) -> list[str]:
 
 
 def summary(scrapes: list[Scrape]) -> dict[str, Any]:
-    """facts.metrics of the report: the last scrape's numbers and what changed over the series."""
-    first, last = scrapes[0], scrapes[-1]
-    out: dict[str, Any] = {
+    """facts.metrics of the report: the last scrape's numbers (what changed over the series is the
+    window's, read/window.py: its seconds and queue-time increase hold across a restart)."""
+    last = scrapes[-1]
+    return {
         "scrapes": len(scrapes),
         "running": last.running,
         "waiting": last.waiting,
@@ -392,8 +393,3 @@ def summary(scrapes: list[Scrape]) -> dict[str, Any]:
         "engines": len(last.engines) or None,
         "queue_time": last.queue_time.summary() if last.queue_time is not None else None,
     }
-    if len(scrapes) > 1:
-        out["seconds"] = round(last.at - first.at, 1)
-        if last.queue_time is not None:
-            out["queue_time_during"] = last.queue_time.minus(first.queue_time).summary()
-    return out
