@@ -193,3 +193,19 @@ def test_unreachable_and_usage_errors(tmp_path):
     assert r.exit_code == 2
     r = runner.invoke(app, ["explain", "--metrics", str(tmp_path / "missing.txt")])
     assert r.exit_code == 2
+
+
+def test_a_sample_counts_increases_over_restarts_and_rates_only_between_timed_scrapes():
+    from dataclasses import replace
+
+    from vllm_doctor.read.window import MIN_SECONDS
+
+    late = scrape(LAB / "queue-saturation.metrics-11.txt", at=100.0)  # 4 preemptions since the start
+    assert metrics.sample(late)["preemptions"] == 4
+    restarted = replace(late, at=130.0, preemptions_total=1.0)  # the counter dropped: a restart, 1 since
+    assert metrics.sample(restarted, late)["preemptions"] == 1
+    assert metrics.sample(replace(late, at=130.0), late)["preemptions"] == 0
+    close = replace(late, at=100.0 + MIN_SECONDS / 2, generation_tokens_total=(late.generation_tokens_total or 0) + 50)
+    assert "gen_tps" not in metrics.sample(close, late)  # not taken apart in time: no rate
+    timed = replace(close, at=100.0 + 2 * MIN_SECONDS)
+    assert metrics.sample(timed, late)["gen_tps"] == round(50 / (2 * MIN_SECONDS), 1)
