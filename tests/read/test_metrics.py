@@ -209,3 +209,12 @@ def test_a_sample_counts_increases_over_restarts_and_rates_only_between_timed_sc
     assert "gen_tps" not in metrics.sample(close, late)  # not taken apart in time: no rate
     timed = replace(close, at=100.0 + 2 * MIN_SECONDS)
     assert metrics.sample(timed, late)["gen_tps"] == round(50 / (2 * MIN_SECONDS), 1)
+
+
+def test_a_series_counts_preemptions_from_its_first_scrape_and_a_lone_scrape_since_the_start():
+    late = [scrape(LAB / "queue-saturation.metrics-11.txt", at=at) for at in (0.0, 10.0)]  # 4 since the start
+    facts = metrics.to_facts(late)
+    assert facts.stats.preemptions == facts.window["preemptions"] == 0  # none during the series
+    assert metrics.to_facts(late[:1]).stats.preemptions == 4  # no window: the server's count so far
+    assert "preemptions 4 since start" in metrics.describe(late[0], 1)
+    assert "preemptions +0" in metrics.describe(late[1], 2, late[0])

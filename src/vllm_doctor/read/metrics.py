@@ -318,7 +318,7 @@ def describe(cur: Scrape, index: int, prev: Scrape | None = None, s: dict[str, A
         parts.append(f"KV cache {cur.kv_usage_pct}% ({cur.kv_metric}),")
     s = sample(cur, prev) if s is None else s
     if "preemptions" in s:
-        parts.append(f"preemptions {'+' if prev else ''}{s['preemptions']},")
+        parts.append(f"preemptions +{s['preemptions']}," if prev else f"preemptions {s['preemptions']} since start,")
     if "gen_tps" in s:
         parts.append(f"generation {s['gen_tps']} tokens/s,")
     if cur.queue_time is not None and cur.queue_time.count:
@@ -346,13 +346,18 @@ def _facts_from_config(facts: Facts, scrape: Scrape) -> None:
 
 
 def to_facts(scrapes: list[Scrape]) -> Facts:
-    """The facts of a scrape series: each scrape one stats sample, the last one's cache config."""
+    """The facts of a scrape series: each scrape one stats sample, the last one's cache config.
+    A series counts preemptions from its first scrape (0 there), so stats.preemptions is the
+    window's; a lone scrape has no window and counts them since the server started."""
     facts = Facts()
     prev = None
     for i, cur in enumerate(scrapes, 1):
         if cur.running is not None or cur.waiting is not None:
             s = sample(cur, prev)
-            facts.stats.add(s, i, 0, describe(cur, i, prev, s))
+            text = describe(cur, i, prev, s)
+            if prev is None and len(scrapes) > 1 and "preemptions" in s:
+                s["preemptions"] = 0  # the baseline: what came before the series is not in it
+            facts.stats.add(s, i, 0, text)
         prev = cur
     _facts_from_config(facts, scrapes[-1])
     facts.window = window(scrapes)
