@@ -59,18 +59,6 @@ _MODEL_KV_READS = {"kv_cache_dtype", "dtype", "tp", "tensor_parallel_size"}
 _GPU_NOW = {"gpu_used_by_others_gib", "gpu_free_utilization", "gpu_processes", "lower_utilization"}
 
 
-def model_kv(inp: CheckInput) -> tuple[ModelShape, float, str, int, int] | None:
-    """(shape, bytes per KV element, KV dtype, TP, KV bytes per token per GPU) when the model is known."""
-    shape = inp.options.shape
-    if shape is None:
-        return None
-    from vllm_doctor.capacity import arithmetic as cap
-
-    element, dtype = cap.kv_element_bytes(inp.get("kv_cache_dtype"), cap.serving_dtype(inp.get("dtype"), shape.dtype))
-    tp = int(inp.get("tp", "tensor_parallel_size") or 1)
-    return shape, element, dtype, tp, cap.kv_bytes_per_token(shape, element, tp)
-
-
 @dataclass
 class _ModelFit:
     """What the model's config adds to kv_fit: `values` for the rule; `needed_gib` (the cache one
