@@ -78,11 +78,15 @@ def _life(rules: list[Rule], life: Lifetime, options: Options, memo: dict, commo
 
 
 def from_metrics(
-    scrapes: list[Scrape], rules: list[Rule] | None = None, options: Options | None = None, fleet: list | None = None
+    scrapes: list[Scrape],
+    rules: list[Rule] | None = None,
+    options: Options | None = None,
+    fleet: list | None = None,
+    facts: Facts | None = None,
 ) -> Report:
     """The same report for one /metrics scrape or a series: the scrapes fill the stats series that
     a log's stats lines would, and the same rules decide. `fleet`: every replica's numbers, when
-    this series is one replica of several (fleet.py)."""
+    this series is one replica of several (fleet.py); `facts`: the scrapes' (to_facts), when read already."""
     from vllm_doctor.read import metrics
 
     if not scrapes:
@@ -91,7 +95,7 @@ def from_metrics(
 
     # a scrape may come from any host: this machine's GPUs say nothing about that server
     options = replace(options or Options(), gpu_snapshot=skipped("not taken for a /metrics scrape"))
-    facts = metrics.to_facts(scrapes)
+    facts = facts or metrics.to_facts(scrapes)
     if fleet:
         facts.window["fleet"] = fleet
     return build(

@@ -138,7 +138,9 @@ def _lab_window() -> Facts:
     busy = [metrics.parse(p.read_text(), str(p), at=10.0 * i) for i, p in enumerate(paths)]
     idle = [metrics.parse((LAB / "healthy.metrics-1.txt").read_text(), "idle", at=10.0 * i) for i in range(2)]
     facts = metrics.to_facts(busy)
-    facts.window["fleet"] = [replica_numbers("busy", busy), replica_numbers("idle", idle)]
+    facts.window["fleet"] = [
+        replica_numbers(n, s, metrics.to_facts(s).stats) for n, s in (("busy", busy), ("idle", idle))
+    ]
     return facts
 
 
