@@ -3,8 +3,8 @@ from /proc/<pid>/cmdline on this machine (the process, or its parent: V1's Engin
 workers are spawned children whose own command line is multiprocessing's).
 
 Several servers on one GPU each take their fraction of the card's total memory; the fractions must
-sum under 1.0 or the later start fails (oversubscribed). Only the utilization, the model and the server's pid are
-kept: a command line may hold an API key, and no other argument leaves this module.
+sum under 1.0 or the later start fails (oversubscribed). Only the utilization, the model and the
+server's pid are kept: a command line may hold an API key, and no other argument leaves this module.
 """
 
 from __future__ import annotations

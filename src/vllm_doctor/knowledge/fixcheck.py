@@ -4,9 +4,10 @@ A fix says what it does to which flag (`flag`, `direction`, `value` in the rule 
 is shown, its value is compared with the flag's current value (the log's facts and command line):
 a "lower" that is not below the current value, a "raise" not above it, a value equal to the
 current one, a --gpu-memory-utilization past arithmetic.SAFE_UTILIZATION (0.95) or beside an
-explicit KV space, a TP size that is the current one or does not divide the heads, a --max-model-len cut for a queue (the paged
-cache reserves nothing per maximum length) or below --target-len: each is refused, with the
-reason, and the engine tries the fix's next variant or drops it.
+explicit KV space, a TP size that is the current one or does not divide the heads, a
+--max-model-len cut for a queue (the paged cache reserves nothing per maximum length) or below
+--target-len: each is refused, with the reason, and the engine tries the fix's next variant or
+drops it.
 """
 
 from __future__ import annotations
