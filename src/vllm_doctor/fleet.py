@@ -10,24 +10,25 @@ from typing import Any
 
 from vllm_doctor.data import Report, Rule
 from vllm_doctor.knowledge.contract import Options
+from vllm_doctor.knowledge.facts import StatsSeries
 from vllm_doctor.read import prom
 from vllm_doctor.read.metrics import Scrape
 
 _RANK = {"failed": 0, "degraded": 1, "unknown": 2, "healthy": 3}
 
 
-def replica_numbers(name: str, scrapes: list[Scrape]) -> dict[str, Any]:
-    """What the balance check compares: how much each replica queued and ran over the window."""
+def replica_numbers(name: str, scrapes: list[Scrape], stats: StatsSeries) -> dict[str, Any]:
+    """What the balance check compares: how much each replica queued and ran over the window; the
+    peaks are its stats series' (metrics.to_facts), the means over its scrapes."""
     waiting = [s.waiting for s in scrapes if s.waiting is not None]
     running = [s.running for s in scrapes if s.running is not None]
-    kv = [s.kv_usage_pct for s in scrapes if s.kv_usage_pct is not None]
     return {
         "replica": name,
         "samples": len(scrapes),
-        "waiting_max": int(max(waiting)) if waiting else None,
+        "waiting_max": stats.waiting_max,
         "waiting_mean": round(sum(waiting) / len(waiting), 1) if waiting else None,
         "running_mean": round(sum(running) / len(running), 1) if running else None,
-        "kv_usage_max_pct": max(kv) if kv else None,
+        "kv_usage_max_pct": stats.kv_usage_max_pct,
     }
 
 
@@ -41,10 +42,14 @@ def from_prometheus(
 ) -> Report:
     """The window [start, end] of every replica Prometheus at `url` holds (under `selector`)."""
     from vllm_doctor import pipeline
+    from vllm_doctor.read.metrics import to_facts
 
     series = prom.fetch(url, start, end, selector)
-    fleet = [replica_numbers(name, scrapes) for name, scrapes in series.items()]
-    reports = {name: pipeline.from_metrics(scrapes, rules, options, fleet) for name, scrapes in series.items()}
+    facts = {name: to_facts(scrapes) for name, scrapes in series.items()}
+    fleet = [replica_numbers(name, scrapes, facts[name].stats) for name, scrapes in series.items()]
+    reports = {
+        name: pipeline.from_metrics(scrapes, rules, options, fleet, facts[name]) for name, scrapes in series.items()
+    }
     for r, numbers in zip(reports.values(), fleet, strict=True):
         numbers["status"] = r.status
         top = next((d for d in r.diagnoses if d.severity != "info"), None)
@@ -63,7 +68,6 @@ def _numbers(fleet: list[dict[str, Any]], name: str) -> dict[str, Any]:
 def server_report(metrics: list[str] | None, prometheus: str | None, window: tuple, rules, options) -> Report:
     """A running server's report: from its /metrics scrapes, or from Prometheus over a window."""
     if prometheus:
-        from vllm_doctor.fleet import from_prometheus
         from vllm_doctor.read.prom import window_times
 
         since, start, end, selector = window

@@ -78,11 +78,15 @@ def _life(rules: list[Rule], life: Lifetime, options: Options, memo: dict, commo
 
 
 def from_metrics(
-    scrapes: list[Scrape], rules: list[Rule] | None = None, options: Options | None = None, fleet: list | None = None
+    scrapes: list[Scrape],
+    rules: list[Rule] | None = None,
+    options: Options | None = None,
+    fleet: list | None = None,
+    facts: Facts | None = None,
 ) -> Report:
     """The same report for one /metrics scrape or a series: the scrapes fill the stats series that
     a log's stats lines would, and the same rules decide. `fleet`: every replica's numbers, when
-    this series is one replica of several (fleet.py)."""
+    this series is one replica of several (fleet.py); `facts`: the scrapes' (to_facts), when read already."""
     from vllm_doctor.read import metrics
 
     if not scrapes:
@@ -91,7 +95,7 @@ def from_metrics(
 
     # a scrape may come from any host: this machine's GPUs say nothing about that server
     options = replace(options or Options(), gpu_snapshot=skipped("not taken for a /metrics scrape"))
-    facts = metrics.to_facts(scrapes)
+    facts = facts or metrics.to_facts(scrapes)
     if fleet:
         facts.window["fleet"] = fleet
     return build(
@@ -192,10 +196,9 @@ def _model_shape(facts: Facts, options: Options) -> tuple[Any, str | None]:
 
 
 def model_facts(facts: Facts, options: Options, model_note: str | None) -> dict:
-    """facts.model_shape, facts.capacity and facts.gpu of the report.
+    """facts.model_shape and facts.capacity of the report (facts.gpu is build's, _gpu_json).
 
     facts.model stays the model's name, as report/1 has it; its shape goes beside it."""
-    from vllm_doctor.knowledge.checks import model_kv
     from vllm_doctor.knowledge.crosscheck import cross_check
 
     inp = CheckInput(facts.flat(), facts, None, options)
@@ -203,17 +206,14 @@ def model_facts(facts: Facts, options: Options, model_note: str | None) -> dict:
     if shape is not None:
         from vllm_doctor.capacity import arithmetic as cap
 
-        known = model_kv(inp)
-        model = shape.to_json(cap.kv_bytes_per_token(shape, known[1], 1) if known else None)
+        element, _ = cap.kv_element_bytes(inp.get("kv_cache_dtype"), cap.serving_dtype(inp.get("dtype"), shape.dtype))
+        model = shape.to_json(cap.kv_bytes_per_token(shape, element, 1))
         model["note"] = model_note
     else:
         model = dict.fromkeys(MODEL_SHAPE_KEYS)
         model["name"] = options.model or facts.get("model")
         model["note"] = model_note
-    gpu = (
-        options.gpu_snapshot.to_json() if options.gpu_snapshot else {"available": False, "reason": None, "devices": []}
-    )
-    return {"model_shape": model, "capacity": cross_check(inp, model_note).to_json(), "gpu": gpu}
+    return {"model_shape": model, "capacity": cross_check(inp, model_note).to_json()}
 
 
 def _derive(facts: Facts) -> None:

@@ -109,7 +109,11 @@ def test_split_card_stays_within_the_budget_and_above_each_need():
 
 def test_fp8_kv_and_fp32_checkpoints():
     assert cap.kv_element_bytes("fp8", "bfloat16") == (1.0, "fp8")
-    assert cap.kv_element_bytes("auto", "float32") == (2.0, "bfloat16")  # vLLM serves fp32 in 16 bits
+    assert cap.serving_dtype("auto", "float32") == cap.serving_dtype(None, "torch.float32") == "bfloat16"
+    assert cap.kv_element_bytes("auto", cap.serving_dtype("auto", "float32")) == (2.0, "bfloat16")  # fp32 in 16 bits
+    assert cap.kv_element_bytes("auto", cap.serving_dtype("float32", "bfloat16")) == (4.0, "float32")  # as asked
+    assert cap.weight_bytes_per_param(cap.serving_dtype("float32", "float32")) == (4.0, "float32")
+    assert cap.weight_bytes_per_param(cap.serving_dtype("auto", "float32")) == (2.0, "bfloat16")
     assert cap.kv_element_bytes(None, None) == (2.0, "bfloat16")
 
 

@@ -64,7 +64,9 @@ def flag(cmd: list[str], name: str, default: str | None = None) -> str | None:
 def predicted_layout(meta: dict) -> kvcache.Layout:
     shape = shape_from_config(meta["config"])
     cmd = meta["command"]
-    element, _ = cap.kv_element_bytes(flag(cmd, "--kv-cache-dtype", "auto"), shape.dtype)
+    element, _ = cap.kv_element_bytes(
+        flag(cmd, "--kv-cache-dtype", "auto"), cap.serving_dtype(flag(cmd, "--dtype", "auto"), shape.dtype)
+    )
     tp = int(flag(cmd, "--tensor-parallel-size") or 1)
     hybrid = "--disable-hybrid-kv-cache-manager" not in cmd
     return kvcache.layout(shape, element, tp, device="cpu", hybrid_manager=hybrid)

@@ -135,6 +135,18 @@ def test_float32_checkpoint_is_cast_and_online_fp8_quantises_the_linear_layers(t
     assert plan.models[0].budget.weights_bytes == online
 
 
+def test_float32_checkpoint_auto_is_served_in_bfloat16_and_an_explicit_float32_in_float32(tmp_path):
+    """vLLM casts a float32 checkpoint to 16 bits only for --dtype auto; --dtype float32 keeps 4 B,
+    in the weights and in an auto KV cache alike."""
+    stored = write_safetensors(tmp_path / "model.safetensors", dense("F32"))
+    config(tmp_path, torch_dtype="float32")
+    auto = make_plan(PlanRequest(models=[str(tmp_path)], gpu_memory="80GB", max_model_len=1024)).models[0]
+    asked = make_plan(PlanRequest(models=[str(tmp_path)], gpu_memory="80GB", max_model_len=1024, dtype="float32"))
+    f32 = asked.models[0]
+    assert (auto.dtype, auto.element_bytes, auto.budget.weights_bytes) == ("bfloat16", 2.0, stored / 2)
+    assert (f32.dtype, f32.element_bytes, f32.budget.weights_bytes) == ("float32", 4.0, stored)
+
+
 def test_without_headers_the_estimate_says_so(tmp_path):
     config(tmp_path, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128})
     shape, _ = modelcfg.load(str(tmp_path))
@@ -216,9 +228,10 @@ def test_explain_sizes_tp_with_the_headers_of_the_cached_model_when_the_log_does
 
 
 def test_weights_per_gpu_follows_the_logs_dtype_quantization_and_tp(tmp_path):
+    from vllm_doctor.capacity.weights import FROM_HEADERS
     from vllm_doctor.knowledge.contract import CheckInput
     from vllm_doctor.knowledge.facts import Facts
-    from vllm_doctor.knowledge.sizing import FROM_HEADERS, weights_per_gpu
+    from vllm_doctor.knowledge.sizing import weights_per_gpu
 
     write_safetensors(tmp_path / "model.safetensors", dense("F32"))
     config(tmp_path)

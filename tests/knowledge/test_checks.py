@@ -27,6 +27,13 @@ def test_kv_fit_from_the_blocks_vllm_printed():
     assert r.values["utilization_needed"] == 0.88 and r.values["can_raise_utilization"] is True
 
 
+def test_kv_fit_utilization_needed_is_not_rounded_up_by_float_noise():
+    """4% of the card missing at 0.8: 0.8 + 0.04 is 0.8400000000000001 in floats, and 0.84 is enough."""
+    r = run("kv_fit", {"gpu_blocks": 505, "block_size": 16, "engine": "V1", "gpu_memory_utilization": 0.8,
+                       "needed_gib": 14.0, "available_gib": 10.0, "memory.total_gib": 100.0})  # fmt: skip
+    assert r.values["utilization_needed"] == 0.84 and r.values["utilization_needed_unsafe"] is False
+
+
 def test_tp_sizes_lists_the_divisors():
     r = run("tp_sizes", {"heads": 40, "tp": 3})
     assert r.values == {"valid_tp_sizes": [1, 2, 4, 5, 8], "tp_below": 2, "tp_above": 4}
@@ -131,7 +138,9 @@ def _lab_window() -> Facts:
     busy = [metrics.parse(p.read_text(), str(p), at=10.0 * i) for i, p in enumerate(paths)]
     idle = [metrics.parse((LAB / "healthy.metrics-1.txt").read_text(), "idle", at=10.0 * i) for i in range(2)]
     facts = metrics.to_facts(busy)
-    facts.window["fleet"] = [replica_numbers("busy", busy), replica_numbers("idle", idle)]
+    facts.window["fleet"] = [
+        replica_numbers(n, s, metrics.to_facts(s).stats) for n, s in (("busy", busy), ("idle", idle))
+    ]
     return facts
 
 

@@ -91,6 +91,18 @@ UNDER = [
 ]
 
 
+EXACT = [
+    ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--gpu-memory-utilization", "0.7"],
+    ["vllm", "serve", "m2", "--gpu-memory-utilization", "0.3"],
+]
+
+
+@pytest.mark.parametrize("servers", [EXACT], indirect=True)
+def test_shares_that_sum_to_exactly_one_card_are_too_much(servers):
+    """The first server holds its 0.7 and its CUDA context: the second's startup check sees less free than 0.3."""
+    assert _sharing(servers)["gpu-shares-over-one"].numbers["utilization_sum"] == 1.0
+
+
 @pytest.mark.parametrize("servers", [OVER], indirect=True)
 def test_two_servers_asking_for_more_than_the_card_are_named_with_their_shares(servers):
     d = _sharing(servers)["gpu-shares-over-one"]

@@ -86,7 +86,9 @@ def fleet_report(idle_pages: list[str]):
 
     busy = series({"series": "queue-saturation", "scrapes": [0, 11]})
     other = [metrics.parse((LAB / p).read_text(), p, at=INTERVAL * i) for i, p in enumerate(idle_pages)]
-    fleet = [replica_numbers("busy:8000", busy), replica_numbers("other:8000", other)]
+    fleet = [
+        replica_numbers(name, s, metrics.to_facts(s).stats) for name, s in (("busy:8000", busy), ("other:8000", other))
+    ]
     return from_metrics(busy, fleet=fleet)
 
 

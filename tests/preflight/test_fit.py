@@ -73,5 +73,7 @@ def test_tp_against_heads_and_gpus():
     assert gpus.rule == "check-not-enough-gpus" and gpus.numbers == {"needed": 4, "visible": 2}
     (one_card,) = parallel.tp_needed(ctx("llama-3-8b", "-tp", "2", gpus=2))
     assert one_card.rule == "check-tp-not-needed" and "TP 2" in one_card.summary
+    (f32,) = parallel.tp_needed(ctx("llama-3-8b", "-tp", "2", "--dtype", "float32", gpus=2))  # 4 B, as asked
+    assert f32.numbers["weights_gib"] == pytest.approx(2 * one_card.numbers["weights_gib"], abs=0.01)
     (layers,) = parallel.tp_shape(ctx("llama-3-8b", "-pp", "64", gpus=64))
     assert (layers.rule, layers.numbers, layers.fixes[0].value) == ("check-pp-layers", {"pp": 64, "layers": 32}, "32")

@@ -98,6 +98,8 @@ def test_fractions_of_other_servers_add_up(other_server):
     assert found.fixes[0].value == "0.38"  # 1 - 0.6 - 0.02
     (fine,) = gpunow.other_servers(ctx("--gpu-memory-utilization", "0.35", nvml=nvml))
     assert fine.rule == "check-gpu-shared-by-servers" and fine.severity == "info" and fine.numbers["sum"] == 0.95
+    (edge,) = gpunow.other_servers(ctx("--gpu-memory-utilization", "0.4", nvml=nvml))  # exactly the card
+    assert edge.rule == "check-gpu-servers-oversubscribed" and edge.numbers["sum"] == 1.0  # the later start fails
 
 
 def test_the_engine_holds_the_memory_and_its_server_asked_for_the_fraction(server_with_engine):

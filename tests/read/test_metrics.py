@@ -87,7 +87,7 @@ def test_series_tells_cache_full_from_sequence_cap():
     r = from_metrics(sat)
     assert top(r).category == "queue-saturation"
     assert r.facts["stats"]["preemptions"] == 4
-    assert r.facts["metrics"]["scrapes"] == 6 and r.facts["metrics"]["seconds"] == 50
+    assert r.facts["metrics"]["scrapes"] == 6 and metrics.to_facts(sat).window["seconds"] == 50  # the window's
     cap = [scrape(LAB / f"queue-saturation-max-num-seqs.metrics-{i}.txt", at=10.0 * i) for i in (1, 2, 3)]
     r = from_metrics(cap)
     assert top(r).category == "queue-sequence-cap"
@@ -193,3 +193,28 @@ def test_unreachable_and_usage_errors(tmp_path):
     assert r.exit_code == 2
     r = runner.invoke(app, ["explain", "--metrics", str(tmp_path / "missing.txt")])
     assert r.exit_code == 2
+
+
+def test_a_sample_counts_increases_over_restarts_and_rates_only_between_timed_scrapes():
+    from dataclasses import replace
+
+    from vllm_doctor.read.window import MIN_SECONDS
+
+    late = scrape(LAB / "queue-saturation.metrics-11.txt", at=100.0)  # 4 preemptions since the start
+    assert metrics.sample(late)["preemptions"] == 4
+    restarted = replace(late, at=130.0, preemptions_total=1.0)  # the counter dropped: a restart, 1 since
+    assert metrics.sample(restarted, late)["preemptions"] == 1
+    assert metrics.sample(replace(late, at=130.0), late)["preemptions"] == 0
+    close = replace(late, at=100.0 + MIN_SECONDS / 2, generation_tokens_total=(late.generation_tokens_total or 0) + 50)
+    assert "gen_tps" not in metrics.sample(close, late)  # not taken apart in time: no rate
+    timed = replace(close, at=100.0 + 2 * MIN_SECONDS)
+    assert metrics.sample(timed, late)["gen_tps"] == round(50 / (2 * MIN_SECONDS), 1)
+
+
+def test_a_series_counts_preemptions_from_its_first_scrape_and_a_lone_scrape_since_the_start():
+    late = [scrape(LAB / "queue-saturation.metrics-11.txt", at=at) for at in (0.0, 10.0)]  # 4 since the start
+    facts = metrics.to_facts(late)
+    assert facts.stats.preemptions == facts.window["preemptions"] == 0  # none during the series
+    assert metrics.to_facts(late[:1]).stats.preemptions == 4  # no window: the server's count so far
+    assert "preemptions 4 since start" in metrics.describe(late[0], 1)
+    assert "preemptions +0" in metrics.describe(late[1], 2, late[0])

@@ -30,3 +30,23 @@ def test_the_model_title_names_heads_and_kv_heads_apart():
 
     text = render.text(make_plan(replace(SEED, heads=32)))
     assert "32 layers, 32 attention heads, 8 KV heads, head dim 128" in text and "KV heads of" not in text
+
+
+def test_a_report_rendered_does_not_load_the_plan_renderer():
+    """render/__init__ imports render.plan (capacity.plan, kvcache) only for a Plan: not on every report's start."""
+    import subprocess
+    import sys
+
+    from conftest import LAB
+
+    code = (
+        "import sys\n"
+        "from vllm_doctor.pipeline import explain\n"
+        "from vllm_doctor.render import render\n"
+        f"r = explain([{str(LAB / 'healthy.log')!r}])\n"
+        "for f in ('json', 'markdown', 'html'):\n"
+        "    render(r, f)\n"
+        "print(sorted(m for m in sys.modules if m in ('vllm_doctor.render.plan', 'vllm_doctor.capacity.plan')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -100,16 +100,26 @@ def dtype_bytes(name: str | None) -> float | None:
     return DTYPE_BYTES.get(str(name).lower().removeprefix("torch."))
 
 
-def kv_element_bytes(kv_cache_dtype: str | None, model_dtype: str | None) -> tuple[float, str]:
-    """(bytes per KV element, the dtype it is): --kv-cache-dtype auto means the model's dtype, and
-    vLLM serves a float32 checkpoint in 16 bits unless told otherwise."""
+def serving_dtype(flag: str | None, checkpoint: str | None) -> str:
+    """The dtype vLLM serves the weights (and an `auto` KV cache) in: an explicit --dtype as given;
+    `auto` (or none) the checkpoint's torch_dtype, except that vLLM serves a float32 checkpoint in
+    16 bits (bfloat16 where the GPU has it, float16 before 0.9 and on older cards: 2 bytes either
+    way, config.py _get_and_verify_dtype); no checkpoint dtype: bfloat16."""
+    said = str(flag or "auto").lower().removeprefix("torch.")
+    if said != "auto":
+        return said
+    dtype = str(checkpoint or "bfloat16").lower().removeprefix("torch.")
+    return "bfloat16" if dtype in ("float32", "float") else dtype
+
+
+def kv_element_bytes(kv_cache_dtype: str | None, served_dtype: str | None) -> tuple[float, str]:
+    """(bytes per KV element, the dtype it is): --kv-cache-dtype auto means the served dtype
+    (serving_dtype), an explicit float32 included."""
     kv = str(kv_cache_dtype or "auto").lower()
     kv_bytes = dtype_bytes(kv)
     if kv != "auto" and kv_bytes:
         return float(kv_bytes), kv
-    dtype = str(model_dtype or "bfloat16").lower().removeprefix("torch.")
-    if dtype in ("float32", "float"):
-        dtype = "bfloat16"
+    dtype = str(served_dtype or "bfloat16").lower().removeprefix("torch.")
     return float(dtype_bytes(dtype) or 2), dtype
 
 
@@ -153,12 +163,12 @@ def kv_formula(shape: ModelShape, element_bytes: float, dtype: str, tp: int = 1)
 
 
 def weight_bytes_per_param(dtype: str | None, quant_bits: float | None = None) -> tuple[float, str]:
-    """(bytes per parameter, how it was decided)."""
+    """(bytes per parameter, how it was decided) at the served dtype (serving_dtype)."""
     if quant_bits:
         return quant_bits / 8, f"{quant_bits:g}-bit quantized"
     b = dtype_bytes(dtype)
-    if b is None or str(dtype).lower() in ("float32", "float"):
-        return 2.0, f"{'bfloat16' if b is None else 'bfloat16 (float32 checkpoint served in 16 bits)'}"
+    if b is None:
+        return 2.0, "bfloat16"
     return float(b), str(dtype)
 
 

@@ -3,12 +3,13 @@ from /proc/<pid>/cmdline on this machine (the process, or its parent: V1's Engin
 workers are spawned children whose own command line is multiprocessing's).
 
 Several servers on one GPU each take their fraction of the card's total memory; the fractions must
-sum under 1.0 or the later start fails. Only the utilization, the model and the server's pid are
-kept: a command line may hold an API key, and no other argument leaves this module.
+sum under 1.0 or the later start fails (oversubscribed). Only the utilization, the model and the
+server's pid are kept: a command line may hold an API key, and no other argument leaves this module.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from vllm_doctor.serveargs import items, server_words
@@ -16,6 +17,16 @@ from vllm_doctor.serveargs import items, server_words
 DEFAULT_UTILIZATION = 0.9  # vLLM's default --gpu-memory-utilization (V0 and V1)
 ANCESTORS = 3  # EngineCore -> API server; a worker -> EngineCore -> API server
 PROC = Path("/proc")
+
+
+def oversubscribed(shares: Iterable[float]) -> bool:
+    """Servers on one GPU whose --gpu-memory-utilization fractions sum to 1.0 or more: the later
+    start fails. V1 refuses to start when the free memory is under total x utilization ("Free memory
+    on device ... is less than desired GPU memory utilization", gpu_worker.py; 0.14+ v1/worker/
+    utils.py), and a running server holds its whole fraction plus its CUDA context, which lies
+    outside the fraction (the startup snapshot is taken after it): at exactly 1.0 the second server
+    sees less free than it asks for. Rounded to hundredths, so 0.7 + 0.3 is 1.0, not 0.99999."""
+    return round(sum(shares), 2) >= 1.0
 
 
 def cmdline(pid: int, proc: Path = PROC) -> list[str] | None:

@@ -263,7 +263,7 @@ def _model_plan(
     req: PlanRequest, name: str, shape: ModelShape, gpu_bytes: float, unit: str, overhead: float, tp_limit: int,
     utilization: float, space: tuple[float, str] | None = None, port: int | None = None,
 ) -> ModelPlan:  # fmt: skip
-    dtype = (req.dtype or shape.dtype or "bfloat16").lower().removeprefix("torch.")
+    dtype = cap.serving_dtype(req.dtype, shape.dtype)
     if cap.dtype_bytes(dtype) is None:
         raise PlanError(f"--dtype {dtype}: unknown (bfloat16, float16, float32, fp8)")
     if req.kv_cache_dtype.lower() != "auto" and cap.dtype_bytes(req.kv_cache_dtype) is None:

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from vllm_doctor.capacity import arithmetic
 from vllm_doctor.capacity.arithmetic import dtype_bytes, fmt_int
 
 if TYPE_CHECKING:
@@ -32,6 +33,8 @@ _AUX = re.compile(r"(?:^|[._])(?:qzeros|scales?|g_idx|zeros|zero_point|scale_inv
 _EMBED = re.compile(r"(?:embed_tokens|embed_in|wte|word_embeddings|lm_head|embed_out|output)\.weight$")
 _ROUTER = re.compile(r"\.(?:gate|router)\.weight$")
 _PACKED = re.compile(r"(?:qweight|weight_packed|_blocks)$")  # several parameters per stored element
+FIT_SHARE = 0.5  # the whole model's weights at or under this share of one card leave room for a KV cache
+FROM_HEADERS = "from the safetensors headers"
 GROUP_SIZE = 128  # AWQ's and GPTQ's usual group when the config does not say
 ROLES = ("linear", "embed", "aux", "other")
 
@@ -149,3 +152,28 @@ def _expert_params(shape: ModelShape) -> int:
     h = shape.hidden_size or 0
     inter = int(t.get("moe_intermediate_size") or t.get("intermediate_size") or 4 * h)
     return (shape.num_experts or 0) * 3 * h * inter * shape.layers
+
+
+def per_gpu(shape: ModelShape, tp: int, dtype: str | None, quantization: str | None) -> tuple[float, str | None]:
+    """(bytes of weights on each GPU, where the figure comes from) at --dtype and --quantization
+    (None or "auto": as vLLM decides, arithmetic.serving_dtype): the headers give every tensor as
+    vLLM loads it (loaded_bytes), else an estimate from the shape, said so; TP splits them. (0, None)
+    without a parameter count."""
+    served = arithmetic.serving_dtype(dtype, shape.dtype)
+    online = None if shape.quant_method or str(quantization).lower() in ("none", "") else str(quantization)
+    if shape.tally is not None and (online is None or online.lower().startswith("fp8")):
+        total, _ = loaded_bytes(shape.tally, served, online)  # fp8 online: the linear layers at 1 B
+        return total / tp, FROM_HEADERS
+    if not shape.params:
+        return 0.0, None
+    if shape.quant_method or online:
+        total, _ = estimated_bytes(shape, served, online, shape.quant_bits)
+    else:
+        total = shape.params * arithmetic.weight_bytes_per_param(served, shape.quant_bits)[0]
+    why = "no safetensors headers" if shape.tally is None else f"--quantization {online} quantises as it loads"
+    return total / tp, f"estimated from the shape: {why}"
+
+
+def fits_one_gpu(total_bytes: float, card_bytes: float) -> bool:
+    """The whole model's weights leave one card room for a useful KV cache: TP > 1 buys only cache."""
+    return total_bytes <= FIT_SHARE * card_bytes

@@ -29,7 +29,7 @@ from vllm_doctor.knowledge.runtime import (
     request_errors,
     ttft_split,
 )
-from vllm_doctor.knowledge.sizing import FROM_HEADERS, WEIGHTS_READS, gpu_sharing, tp_unneeded, weights_per_gpu
+from vllm_doctor.knowledge.sizing import WEIGHTS_READS, gpu_sharing, tp_unneeded, weights_per_gpu
 from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
 from vllm_doctor.knowledge.traffic import prompt_budget, queue_kind, request_limit
 
@@ -47,7 +47,6 @@ __all__ = [
 ]  # the contract types, for callers
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's block size on CUDA when the log does not say (kvmodel.block_size)
-SAFE_UTILIZATION = 0.95  # above this, a startup failure is traded for a mid-traffic OOM
 RAISE_UTILIZATION_BELOW = 0.90
 CONFIG_AGREES = 0.01  # config.json's cache for one sequence within 1% of vLLM's printed figure
 MAX_TP_LISTED = 8  # tensor-parallel sizes listed when the GPU count is unknown
@@ -58,18 +57,6 @@ _BLOCK_READS = {"block_size", "kv_cache.block_size", "vllm_version", "device"}
 _V1_READS = {"engine", "vllm_version"}
 _MODEL_KV_READS = {"kv_cache_dtype", "dtype", "tp", "tensor_parallel_size"}
 _GPU_NOW = {"gpu_used_by_others_gib", "gpu_free_utilization", "gpu_processes", "lower_utilization"}
-
-
-def model_kv(inp: CheckInput) -> tuple[ModelShape, float, str, int, int] | None:
-    """(shape, bytes per KV element, KV dtype, TP, KV bytes per token per GPU) when the model is known."""
-    shape = inp.options.shape
-    if shape is None:
-        return None
-    from vllm_doctor.capacity import arithmetic as cap
-
-    element, dtype = cap.kv_element_bytes(inp.get("kv_cache_dtype"), inp.get("dtype") or shape.dtype)
-    tp = int(inp.get("tp", "tensor_parallel_size") or 1)
-    return shape, element, dtype, tp, cap.kv_bytes_per_token(shape, element, tp)
 
 
 @dataclass
@@ -94,6 +81,7 @@ def _from_model(inp: CheckInput) -> _ModelFit:
         return out
     from vllm_doctor.capacity import arithmetic as cap
     from vllm_doctor.capacity import kvcache
+    from vllm_doctor.capacity.weights import FROM_HEADERS
 
     shape, tp = km.shape, km.tp
     bpt = cap.kv_bytes_per_token(shape, km.element_bytes, tp)
@@ -223,9 +211,10 @@ def kv_fit(inp: CheckInput) -> CheckResult:
             halved = 2 * float(available) >= float(needed)  # rounded GiB: the config's check when known
             out["fp8_kv_fits"] = model.fp8_fits if model.fp8_fits is not None else halved
         if util is not None and total:
-            want = float(util) + (float(needed) - float(available)) / float(total)
-            out["utilization_needed"] = math.ceil(want * 100) / 100
-            out["utilization_needed_unsafe"] = out["utilization_needed"] > SAFE_UTILIZATION
+            from vllm_doctor.capacity import arithmetic as cap
+
+            want = cap.utilization_needed(float(util), float(needed), float(available), float(total))
+            out["utilization_needed"], out["utilization_needed_unsafe"] = want, want > cap.SAFE_UTILIZATION
     if util is not None:
         out["can_raise_utilization"] = float(util) < RAISE_UTILIZATION_BELOW
         out["raised_utilization"] = RAISE_UTILIZATION_BELOW

@@ -3,10 +3,11 @@
 A fix says what it does to which flag (`flag`, `direction`, `value` in the rule file). Before it
 is shown, its value is compared with the flag's current value (the log's facts and command line):
 a "lower" that is not below the current value, a "raise" not above it, a value equal to the
-current one, a --gpu-memory-utilization past 0.95 or beside an explicit KV space, a TP size that
-is the current one or does not divide the heads, a --max-model-len cut for a queue (the paged
-cache reserves nothing per maximum length) or below --target-len: each is refused, with the
-reason, and the engine tries the fix's next variant or drops it.
+current one, a --gpu-memory-utilization past arithmetic.SAFE_UTILIZATION (0.95) or beside an
+explicit KV space, a TP size that is the current one or does not divide the heads, a
+--max-model-len cut for a queue (the paged cache reserves nothing per maximum length) or below
+--target-len: each is refused, with the reason, and the engine tries the fix's next variant or
+drops it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from vllm_doctor.capacity.modelcfg import ModelShape
 
-MAX_UTILIZATION = 0.95  # past this a startup failure is traded for an out-of-memory error under traffic
 TP_FLAG = "--tensor-parallel-size"
 UTIL_FLAG = "--gpu-memory-utilization"
 LEN_FLAG = "--max-model-len"
@@ -80,13 +80,15 @@ def refuse(
 
 
 def _utilization(direction: str | None, new: float | None, old: float | None, values: dict[str, Any]) -> str | None:
+    from vllm_doctor.capacity.arithmetic import SAFE_UTILIZATION
+
     explicit = next((name for name in KV_SPACE_FACTS if values.get(name) is not None), None)
     if explicit:
         return f"the KV space is set explicitly ({explicit}): the utilization does not size the cache"
-    if new is not None and new > MAX_UTILIZATION:
-        return f"{new} is past {MAX_UTILIZATION}"
-    if direction == "raise" and old is not None and old >= MAX_UTILIZATION:
-        return f"{UTIL_FLAG} is {old} already, at the {MAX_UTILIZATION} ceiling"
+    if new is not None and new > SAFE_UTILIZATION:
+        return f"{new} is past {SAFE_UTILIZATION}"
+    if direction == "raise" and old is not None and old >= SAFE_UTILIZATION:
+        return f"{UTIL_FLAG} is {old} already, at the {SAFE_UTILIZATION} ceiling"
     return None
 
 

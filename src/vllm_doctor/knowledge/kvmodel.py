@@ -118,7 +118,7 @@ def kv_model(inp: CheckInput) -> KvModel | None:
     from vllm_doctor.capacity import arithmetic as cap
     from vllm_doctor.capacity import kvcache
 
-    element, dtype = cap.kv_element_bytes(inp.get("kv_cache_dtype"), inp.get("dtype") or shape.dtype)
+    element, dtype = cap.kv_element_bytes(inp.get("kv_cache_dtype"), cap.serving_dtype(inp.get("dtype"), shape.dtype))
     tp = int(inp.get("tp", "tensor_parallel_size") or 1)
     bsize, said = block_size(inp)
     v1 = is_v1(inp)

@@ -2,7 +2,7 @@
 (tp_unneeded), and several vLLM servers sharing a GPU whose memory fractions add up to a card or
 more (gpu_sharing, from this machine's NVML process list and each server's command line); and the
 weights per GPU the cache-oom fit sizes TP with (weights_per_gpu): vLLM's own "Model loading
-took", else the safetensors headers as vLLM loads them, else an estimate from the shape, said so."""
+took", else capacity/weights.per_gpu (the headers as vLLM loads them, else an estimate, said so)."""
 
 from __future__ import annotations
 
@@ -13,38 +13,19 @@ from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
 if TYPE_CHECKING:
     from vllm_doctor.capacity.shape import ModelShape
 
-FIT_SHARE = 0.5  # weights at or under this share of one card leave it room for a useful KV cache
 WEIGHTS_READS = frozenset({"memory.weights_gib", "weights_gib", "dtype", "quantization"})
-FROM_HEADERS = "from the safetensors headers"
 
 
 def weights_per_gpu(inp: CheckInput, shape: ModelShape, tp: int) -> tuple[float, str | None]:
-    """(bytes of weights on each GPU, where the figure comes from; None when the log states it).
-    The headers give every tensor as vLLM loads it (weights.loaded_bytes); TP splits them."""
+    """(bytes of weights on each GPU, where the figure comes from; None when the log states it):
+    vLLM's own figure, else capacity/weights.per_gpu at the log's dtype and quantization."""
     from vllm_doctor.capacity import arithmetic as cap
     from vllm_doctor.capacity import weights
 
     logged = inp.get("memory.weights_gib", "weights_gib")
     if logged is not None:
         return float(logged) * cap.GIB, None
-    said = str(inp.get("dtype") or "auto").lower().removeprefix("torch.")
-    dtype = said if said != "auto" else str(shape.dtype or "bfloat16").lower().removeprefix("torch.")
-    if said == "auto" and dtype in ("float32", "float"):  # vLLM serves a float32 checkpoint in 16 bits
-        dtype = "bfloat16"
-    quant = inp.get("quantization")
-    online = None if shape.quant_method or str(quant).lower() in ("none", "") else str(quant)
-    if shape.tally is not None and (online is None or online.lower().startswith("fp8")):
-        total, _ = weights.loaded_bytes(shape.tally, dtype, online)  # fp8 online: the linear layers at 1 B
-        return total / tp, FROM_HEADERS
-    if not shape.params:
-        return 0.0, None
-    if shape.quant_method or online:
-        total, _ = weights.estimated_bytes(shape, dtype, online, shape.quant_bits)
-    else:
-        per_param, _ = cap.weight_bytes_per_param(dtype, shape.quant_bits)
-        total = shape.params * per_param
-    why = "no safetensors headers" if shape.tally is None else f"--quantization {online} quantises as it loads"
-    return total / tp, f"estimated from the shape: {why}"
+    return weights.per_gpu(shape, tp, inp.get("dtype"), inp.get("quantization"))
 
 
 @check(
@@ -67,7 +48,9 @@ def tp_unneeded(inp: CheckInput) -> CheckResult:
         "card_gib": round(float(card)),
         "weights_share_pct": round(100 * total / float(card), 1),
     }
-    out["tp_unneeded"] = total <= FIT_SHARE * float(card)
+    from vllm_doctor.capacity.weights import fits_one_gpu
+
+    out["tp_unneeded"] = fits_one_gpu(total, float(card))
     return CheckResult(out)
 
 
@@ -93,10 +76,12 @@ def gpu_sharing(inp: CheckInput) -> CheckResult:
     if worst is None:
         return CheckResult({})
     total, index, shares = worst
+    from vllm_doctor.capacity.colocated import oversubscribed
+
     named = ", ".join(f"pid {pid}{f' ({model})' if model else ''} {util:g}" for pid, model, util in shares)
     return CheckResult(
         {
-            "gpu_oversubscribed": total >= 1.0,
+            "gpu_oversubscribed": oversubscribed(util for _, _, util in shares),
             "shared_gpu": index,
             "shared_gpu_servers": named,
             "utilization_sum": total,

@@ -35,8 +35,7 @@ def fit(ctx: Context) -> list[Finding]:
 
 
 def _element(ctx: Context, shape: ModelShape) -> tuple[float, str]:
-    dtype = ctx.args.text("dtype")
-    return cap.kv_element_bytes(ctx.args.text("kv_cache_dtype"), dtype if dtype not in (None, "auto") else shape.dtype)
+    return cap.kv_element_bytes(ctx.args.text("kv_cache_dtype"), cap.serving_dtype(ctx.args.text("dtype"), shape.dtype))
 
 
 def _cpu_fit(ctx: Context) -> list[Finding]:

@@ -55,7 +55,7 @@ def other_servers(ctx: Context) -> list[Finding]:
         total = util + sum(f for _, f in theirs)
         listed = ", ".join(f"pid {pid} at {f:.2f}" for pid, f in theirs)
         numbers = {"gpu": d.index, "others": round(total - util, 2), "this": util, "sum": round(total, 2)}
-        if total > 1.0:
+        if colocated.oversubscribed([util, *(f for _, f in theirs)]):
             room = max(0.0, round(1.0 - (total - util) - 0.02, 2))
             out.append(found("check-gpu-servers-oversubscribed", numbers, listed=listed, room=room))
         else:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from vllm_doctor.capacity import arithmetic as cap
 from vllm_doctor.capacity.arithmetic import GIB, fmt_list, fmt_size
+from vllm_doctor.capacity.weights import fits_one_gpu, per_gpu
 from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, found
@@ -81,11 +82,10 @@ def tp_needed(ctx: Context) -> list[Finding]:
     if ctx.args.tp == 1 or ctx.backend != "cuda":
         return []
     shape, card = ctx.shape(), min(d.total_mib for d in ctx.gpus()) * 2**20
-    if not shape.params:
+    weights, _ = per_gpu(shape, 1, ctx.args.text("dtype"), ctx.args.text("quantization"))
+    if not weights:
         raise CannotRun("the parameter count is unknown")
-    weights = shape.params * cap.weight_bytes_per_param(shape.dtype, shape.quant_bits)[0]
-    util = ctx.args.utilization
-    if weights >= card * util / 2:
+    if not fits_one_gpu(weights, card):
         return []
     return [found("check-tp-not-needed", {"weights_gib": round(weights / GIB, 2), "gpu_gib": round(card / GIB, 2)},
                   tp=ctx.args.tp, weights_size=fmt_size(weights, "GiB"), gpu_size=fmt_size(card, "GiB"))]  # fmt: skip

@@ -29,6 +29,7 @@ from vllm_doctor.knowledge.facts import Facts
 from vllm_doctor.read import histogram
 from vllm_doctor.read.histogram import Histogram
 from vllm_doctor.read.httpget import Deadline, opener
+from vllm_doctor.read.window import MIN_SECONDS, window
 
 KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 DEFAULT_TIMEOUT = 10.0  # seconds for a whole scrape
@@ -294,11 +295,9 @@ def sample(cur: Scrape, prev: Scrape | None = None) -> dict[str, Any]:
         out["kv_usage_pct"] = cur.kv_usage_pct
     if cur.preemptions_total is not None:
         before = prev.preemptions_total if prev is not None else None
-        if before is None or before > cur.preemptions_total:  # first scrape, or a restart
-            out["preemptions"] = int(cur.preemptions_total)
-        else:
-            out["preemptions"] = int(cur.preemptions_total - before)
-    if prev is not None and cur.at - prev.at >= 1.0:  # saved files read in a row carry no times: no rates
+        grew = histogram.increase([before, cur.preemptions_total])  # a drop is a restart
+        out["preemptions"] = int(cur.preemptions_total if grew is None else grew)  # first scrape: since start
+    if prev is not None and cur.at - prev.at >= MIN_SECONDS:  # saved files read in a row carry no times: no rates
         dt = cur.at - prev.at
         for key, attr in (("prompt_tps", "prompt_tokens_total"), ("gen_tps", "generation_tokens_total")):
             a, b = getattr(prev, attr), getattr(cur, attr)
@@ -307,8 +306,8 @@ def sample(cur: Scrape, prev: Scrape | None = None) -> dict[str, Any]:
     return out
 
 
-def describe(cur: Scrape, index: int, prev: Scrape | None = None) -> str:
-    """One line for a scrape, as evidence and for `watch`."""
+def describe(cur: Scrape, index: int, prev: Scrape | None = None, s: dict[str, Any] | None = None) -> str:
+    """One line for a scrape, as evidence and for `watch`; `s`: its sample, when computed already."""
     parts = [f"scrape {index}:"]
     if cur.running is not None:
         parts.append(f"running {int(cur.running)},")
@@ -317,9 +316,9 @@ def describe(cur: Scrape, index: int, prev: Scrape | None = None) -> str:
         parts.append(f"waiting {int(cur.waiting)}" + (f" ({reasons})," if reasons else ","))
     if cur.kv_usage_pct is not None:
         parts.append(f"KV cache {cur.kv_usage_pct}% ({cur.kv_metric}),")
-    s = sample(cur, prev)
+    s = sample(cur, prev) if s is None else s
     if "preemptions" in s:
-        parts.append(f"preemptions {'+' if prev else ''}{s['preemptions']},")
+        parts.append(f"preemptions +{s['preemptions']}," if prev else f"preemptions {s['preemptions']} since start,")
     if "gen_tps" in s:
         parts.append(f"generation {s['gen_tps']} tokens/s,")
     if cur.queue_time is not None and cur.queue_time.count:
@@ -347,16 +346,20 @@ def _facts_from_config(facts: Facts, scrape: Scrape) -> None:
 
 
 def to_facts(scrapes: list[Scrape]) -> Facts:
-    """The facts of a scrape series: each scrape one stats sample, the last one's cache config."""
+    """The facts of a scrape series: each scrape one stats sample, the last one's cache config.
+    A series counts preemptions from its first scrape (0 there), so stats.preemptions is the
+    window's; a lone scrape has no window and counts them since the server started."""
     facts = Facts()
     prev = None
     for i, cur in enumerate(scrapes, 1):
         if cur.running is not None or cur.waiting is not None:
-            facts.stats.add(sample(cur, prev), i, 0, describe(cur, i, prev))
+            s = sample(cur, prev)
+            text = describe(cur, i, prev, s)
+            if prev is None and len(scrapes) > 1 and "preemptions" in s:
+                s["preemptions"] = 0  # the baseline: what came before the series is not in it
+            facts.stats.add(s, i, 0, text)
         prev = cur
     _facts_from_config(facts, scrapes[-1])
-    from vllm_doctor.read.window import window
-
     facts.window = window(scrapes)
     if facts.get("kv_cache.tokens") is not None:
         facts.set("kv_cache.tokens_from", "metrics")
@@ -379,9 +382,10 @@ def warnings(last: Scrape) -> list[str]:
 
 
 def summary(scrapes: list[Scrape]) -> dict[str, Any]:
-    """facts.metrics of the report: the last scrape's numbers and what changed over the series."""
-    first, last = scrapes[0], scrapes[-1]
-    out: dict[str, Any] = {
+    """facts.metrics of the report: the last scrape's numbers (what changed over the series is the
+    window's, read/window.py: its seconds and queue-time increase hold across a restart)."""
+    last = scrapes[-1]
+    return {
         "scrapes": len(scrapes),
         "running": last.running,
         "waiting": last.waiting,
@@ -392,8 +396,3 @@ def summary(scrapes: list[Scrape]) -> dict[str, Any]:
         "engines": len(last.engines) or None,
         "queue_time": last.queue_time.summary() if last.queue_time is not None else None,
     }
-    if len(scrapes) > 1:
-        out["seconds"] = round(last.at - first.at, 1)
-        if last.queue_time is not None:
-            out["queue_time_during"] = last.queue_time.minus(first.queue_time).summary()
-    return out

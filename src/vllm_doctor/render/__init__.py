@@ -22,34 +22,47 @@ if TYPE_CHECKING:
 
 
 def _text(doc: Report | Plan, redact: bool = True, verbosity: int = 0, **_: Any) -> str:
-    from vllm_doctor.render import plan, text
+    if isinstance(doc, Report):
+        from vllm_doctor.render import text
 
-    return text.render(doc, redact, verbosity) if isinstance(doc, Report) else plan.text(doc)
+        return text.render(doc, redact, verbosity)
+    from vllm_doctor.render import plan
+
+    return plan.text(doc)
 
 
 def _markdown(doc: Report | Plan, redact: bool = True, flavor: str = "plain", **_: Any) -> str:
-    from vllm_doctor.render import markdown, plan
+    if isinstance(doc, Report):
+        from vllm_doctor.render import markdown
 
-    return markdown.render(doc, redact, flavor) if isinstance(doc, Report) else plan.markdown(doc)
+        return markdown.render(doc, redact, flavor)
+    from vllm_doctor.render import plan
+
+    return plan.markdown(doc)
 
 
 def _json(doc: Report | Plan, redact: bool = True, **_: Any) -> str:
-    from vllm_doctor.render import json, plan
+    if isinstance(doc, Report):
+        from vllm_doctor.render import json
 
-    return json.render(doc, redact) if isinstance(doc, Report) else plan.json(doc)
+        return json.render(doc, redact)
+    from vllm_doctor.render import plan
+
+    return plan.json(doc)
 
 
 def _html(doc: Report | Plan, redact: bool = True, **_: Any) -> str:
-    from vllm_doctor.render import html, plan
+    from vllm_doctor.render import html
 
-    return (
-        html.render(doc, redact)
-        if isinstance(doc, Report)
-        else html.document("vllm-doctor plan", "", plan.markdown(doc))
-    )
+    if isinstance(doc, Report):
+        return html.render(doc, redact)
+    from vllm_doctor.render import plan
+
+    return html.document("vllm-doctor plan", "", plan.markdown(doc))
 
 
-# modules load on first use: the CLI's cold start stays free of rich unless text is asked for.
+# modules load on first use: the CLI's cold start stays free of rich unless text is asked for,
+# and of render.plan (capacity.plan, the arithmetic, kvcache) unless a Plan is rendered.
 # Each takes (doc, redact) and the options of its own format by keyword: text's verbosity
 # (-1 -q, 0, 1 -v), markdown's flavor ("plain" renders in GitHub, GitLab and Jira; "github"
 # folds the evidence in <details>); a format ignores the others'.
