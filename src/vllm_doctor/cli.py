@@ -11,6 +11,7 @@ import typer
 from vllm_doctor import clistart
 from vllm_doctor.cliopts import (
     EXIT_HELP,
+    LOG_KINDS,
     AlertFormat,
     Color,
     ColorOpt,
@@ -135,7 +136,7 @@ def explain(
         fail("give log files, --metrics URL or --prometheus URL, one of them")
     if follow and (server or len(paths or []) != 1):
         fail("--follow reads one stream: give one log (- for stdin)")
-    rules = load_rules(rules_dirs, strict_rules)
+    rules = load_rules(rules_dirs, strict_rules, LOG_KINDS)
     budgets: dict[str, Any] = {"tpot_budget_ms": tpot_budget, "ttft_budget_ms": ttft_budget}
     if server:
         from vllm_doctor.fleet import server_report
@@ -243,7 +244,7 @@ def watch(
 
     fmt, path = target(ctx, format, output, color)
     level = verbosity(quiet, verbose)
-    rules = load_rules(rules_dirs, strict_rules)
+    rules = load_rules(rules_dirs, strict_rules, LOG_KINDS)
     scrapes: list[Scrape] = []
     try:
         for i in range(samples):

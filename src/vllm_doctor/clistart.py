@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from vllm_doctor.cliopts import (
+    LOG_KINDS,
     BlockSizeOpt,
     Color,
     ColorOpt,
@@ -128,7 +129,7 @@ def serve(
         vllm_args = vllm_args[1:]
     if not vllm_args:
         fail("give the model after --: vllm-doctor serve [OPTIONS] -- MODEL [vllm serve args]")
-    rules = load_rules(list(rules_dirs), strict_rules) if rules_dirs else None  # before the child starts
+    rules = load_rules(list(rules_dirs), strict_rules, LOG_KINDS) if rules_dirs else None  # before the child starts
     if (refused := before_serve(list(vllm_args), preflight.value)) is not None:
         raise typer.Exit(refused)
     outcome = run(

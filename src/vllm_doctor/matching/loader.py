@@ -53,9 +53,12 @@ def rule_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*.toml") if p.is_file() and not p.is_relative_to(tables))
 
 
-def load(dirs: Iterable[Path] | None = None, *, builtin: bool = True, skip: Callable | None = None) -> list[Rule]:
+def load(
+    dirs: Iterable[Path] | None = None, *, builtin: bool = True, skip: Callable | None = None, kinds: set | None = None
+) -> list[Rule]:
     """All rules: the built-in ones, then each extra directory's; a later id replaces an earlier. A bad
-    file of an extra directory raises, or with `skip` goes to skip(error) (a warning) and is left out."""
+    file of an extra directory raises, or with `skip` goes to skip(error) (a warning) and is left out.
+    `kinds`: only the built-in rules of these kinds are parsed (explain needs no preflight rule)."""
     sources = ([builtin_dir()] if builtin else []) + [Path(d) for d in (dirs or [])]
     rules: dict[str, Rule] = {}
     for i, directory in enumerate(sources):
@@ -64,6 +67,8 @@ def load(dirs: Iterable[Path] | None = None, *, builtin: bool = True, skip: Call
         files = rule_files(directory)
         if builtin and i == 0:  # checked in full by the test suite: no regex compiled, TOML cached
             for path, data in _builtin_data(directory, files):
+                if kinds is not None and data.get("kind", "diagnosis") not in kinds:
+                    continue
                 rule = parse(data, path, trusted=True)
                 rules[rule.id] = rule
             continue

@@ -114,7 +114,7 @@ class Watcher(threading.Thread):
         from vllm_doctor.matching.loader import load
         from vllm_doctor.read.logread import ChunkLines
 
-        rules = load() if self.rules is None else self.rules
+        rules = load(kinds={"diagnosis", "fact"}) if self.rules is None else self.rules  # no preflight rule
         engine = Engine(rules)
         reader = ChunkLines(engine.prefilter)
         facts = Facts()
