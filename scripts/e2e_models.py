@@ -21,10 +21,11 @@ MODELS = {
 }
 
 
-def make_model(out: str, spec: dict) -> None:
-    import torch
+def write_tokenizer(out: str):
+    """A BPE tokenizer trained here on two sentences (nothing downloaded), with a chat template,
+    saved in `out`; the record script of the KV families (record_kv_families.py) uses it too."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     os.makedirs(out, exist_ok=True)
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -40,6 +41,14 @@ def make_model(out: str, spec: dict) -> None:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     fast.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
     fast.save_pretrained(out)
+    return fast
+
+
+def make_model(out: str, spec: dict) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fast = write_tokenizer(out)
     cfg = LlamaConfig(
         vocab_size=spec.get("vocab", len(fast)),
         hidden_size=spec["hidden"],

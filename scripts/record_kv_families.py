@@ -118,21 +118,10 @@ DONE = re.compile(r"Maximum concurrency for|estimated maximum model length|Engin
 def make_model(out: str, spec: dict) -> dict:
     """A tiny random-weight model of the family, with a tokenizer trained on two sentences."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+    from e2e_models import write_tokenizer  # beside this script: the e2e tier's tiny tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    os.makedirs(out, exist_ok=True)
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    text = ["the quick brown fox jumps over the lazy dog " * 20, "hello world how are you today " * 20] * 50
-    trainer = trainers.BpeTrainer(
-        vocab_size=512, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(text, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-    fast.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
-    fast.save_pretrained(out)
+    write_tokenizer(out)
     cfg = AutoConfig.for_model(
         spec["model_type"], vocab_size=512, bos_token_id=1, eos_token_id=2, pad_token_id=0, **spec["fields"]
     )
