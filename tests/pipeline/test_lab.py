@@ -55,3 +55,11 @@ def test_wrapper_error_is_context_not_cause(run):
     top = run(LAB / "cache-oom.log").diagnoses[0]
     assert top.rule == "kv-cache-too-small-for-max-len"
     assert any("Engine core initialization failed" in e.text for e in top.context)
+
+
+def test_a_full_cache_on_the_cpu_backend_is_fixed_by_its_kv_space_first(run):
+    """The lab's CPU server queues on a 1 GiB VLLM_CPU_KVCACHE_SPACE: that space is its cache, so
+    the first fix is to raise it (a GPU server's first is fp8 KV: see the fixture expectations)."""
+    (top, *_) = to_dict(run(LAB / "queue-saturation.log"))["diagnoses"]
+    assert top["rule"] == "queue-cache-full"
+    assert top["fixes"][0]["action"] == "Give the cache more memory: raise VLLM_CPU_KVCACHE_SPACE above 1 GiB"

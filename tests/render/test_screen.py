@@ -33,7 +33,7 @@ CASES = [
     (
         LAB / "queue-saturation.log",
         "vllm-doctor: degraded: queue-saturation (warning)",
-        "1. Store the KV cache in fp8",
+        "1. Give the cache more memory: raise VLLM_CPU_KVCACHE_SPACE",
         True,
     ),
     (  # three diagnoses, two blockers and a warning: 44 rows at 80 columns in full
