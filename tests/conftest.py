@@ -63,6 +63,15 @@ why = "Because."
 FAKE_VLLM = ROOT / "tests" / "serve" / "fakevllm.py"  # a real child that replays a recording
 
 
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie or a dead one does not), from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 @pytest.fixture
 def fake_bin(tmp_path):
     """An executable `vllm` that execs the fake (same pid, so signals reach it directly)."""

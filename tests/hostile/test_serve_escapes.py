@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAB, conforms
+from conftest import LAB, alive, conforms
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="/proc and prctl are Linux's")
 
@@ -22,14 +22,6 @@ def _env(**fake):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
     env.update({k: str(v) for k, v in fake.items()})
     return env
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def _wait(cond, timeout=20.0, what=""):
@@ -56,7 +48,7 @@ def test_a_descendant_that_called_setsid_is_reaped_and_named(tmp_path, fake_bin)
     survivors = conforms((d / "report.json").read_text(), "serve-report-1")["serve"]["survivors"]
     (s,) = [s for s in survivors if "VLLM::Escaped" in s["command"]]
     assert s["killed"] and s["left_group"]
-    assert not _alive(s["pid"])
+    assert not alive(s["pid"])
     assert took < 15  # reaped after --reap-wait, not left holding the pipes until the drain gives up
 
 
@@ -74,10 +66,10 @@ def test_a_sigkilled_wrapper_stops_vllm(tmp_path, fake_bin):
         _wait(ready.exists, what="the child never started")
         kids = Path(f"/proc/{w.pid}/task/{w.pid}/children").read_text().split()
         (child,) = [int(k) for k in kids]
-        assert _alive(child)
+        assert alive(child)
         w.send_signal(signal.SIGKILL)
         w.wait(10)
-        _wait(lambda: not _alive(child), what="vLLM outlived its SIGKILLed wrapper")
+        _wait(lambda: not alive(child), what="vLLM outlived its SIGKILLed wrapper")
     finally:
         if w.poll() is None:
             w.kill()
@@ -108,7 +100,7 @@ def test_a_descendant_that_left_the_group_gets_the_forwarded_signal(tmp_path, fa
     try:
         _wait(lambda: ready.exists() and pid_file.exists(), what="the child never started")
         escaped = int(pid_file.read_text().split()[1])
-        assert _alive(escaped)
+        assert alive(escaped)
         t0 = time.monotonic()
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=60)
@@ -118,6 +110,6 @@ def test_a_descendant_that_left_the_group_gets_the_forwarded_signal(tmp_path, fa
             p.kill()
             p.wait()
     assert p.returncode == 0  # the child's: its clean shutdown
-    assert not _alive(escaped)
+    assert not alive(escaped)
     assert pid_file.read_text().split()[2:] == ["TERM"]  # it was told, not only killed
     assert took < 10, err  # well before --reap-wait

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAB, conforms
+from conftest import LAB, alive, conforms
 from vllm_doctor.serve import options as options_mod
 from vllm_doctor.serve import watch as watch_mod
 from vllm_doctor.serve import wrapper as serve_mod
@@ -59,14 +59,6 @@ def wait_for(path: Path, timeout=30.0):
 def _lines(data: bytes) -> list[bytes]:
     """Lines split at newlines only (splitlines also splits at the \\r of progress bars)."""
     return [ln + b"\n" for ln in data.split(b"\n")[:-1]]
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 # --------------------------------------------------------------------------------------------
