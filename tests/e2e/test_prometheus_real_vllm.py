@@ -15,6 +15,7 @@ import pytest
 from test_real_vllm import MODELS, READY_TIMEOUT, VENV, free_port, get, kill_tree, load, vllm_env
 
 PROMETHEUS = shutil.which("prometheus")
+REQUESTS, TOKENS = 24, 900  # against --max-num-seqs 2 (and --max-model-len 1024 with the prompt)
 pytestmark = [
     pytest.mark.skipif(not (VENV and MODELS), reason="the e2e tier: run scripts/e2e.sh"),
     pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (scripts/ci-deps.sh)"),
@@ -51,22 +52,40 @@ def test_explain_prometheus_over_a_real_vllm_under_load(tmp_path):
             time.sleep(1)
         time.sleep(3)  # Prometheus has the idle server's first samples
         results: list = []
-        threads = load(port, 12, 300, results)
+        # long enough that the queue is in many 1 s scrapes on a fast machine too (12 x 300 tokens
+        # was over in about 3 s in CI: 4 samples, too few to call a queue)
+        threads = load(port, REQUESTS, TOKENS, results)
         for t in threads:
             t.join(180)
-        assert results == [(200, 300)] * 12, results
+        assert results == [(200, TOKENS)] * REQUESTS, results
         time.sleep(3)  # the last samples are scraped
         r = subprocess.run(
-            [sys.executable, "-m", "vllm_doctor", "explain", "--prometheus", url, "--since", "10m",
-             "--selector", '{job="vllm"}', "--format", "json"],
-            capture_output=True, timeout=120,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "vllm_doctor",
+                "explain",
+                "--prometheus",
+                url,
+                "--since",
+                "2m",
+                "--selector",
+                '{job="vllm"}',
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            timeout=120,
+        )  # fmt: skip  (2m: a 1 s step, one sample per scrape)
         report = json.loads(r.stdout)
         rules = {d["rule"]: d for d in report["diagnoses"]}
         print("prometheus e2e:", [(d["rule"], d["summary"]) for d in report["diagnoses"]])
         assert f"127.0.0.1:{port}" in report["facts"]["prometheus"]["replica"]
         assert report["diagnoses"][0]["category"] == "queue-sequence-cap"  # 2 running, the rest waiting
-        assert rules["decode-latency-reported"]["numbers"]["itl_count"] >= 12 * 299  # every token's latency
+        assert rules["decode-latency-reported"]["numbers"]["running_max"] == 2  # the cap, the whole window's
+        assert rules["decode-latency-reported"]["numbers"]["itl_count"] >= REQUESTS * (
+            TOKENS - 1
+        )  # every token's latency
         assert "prefix-reuse-partial" not in rules and "preemption-rate" not in rules
     finally:
         prom.terminate()
