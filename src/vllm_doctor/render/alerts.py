@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from vllm_doctor.knowledge.facts import KV_NEAR_FULL_PCT
+
 BY = "instance, model_name"  # one alert per server and model
 KV = f"(max by ({BY}) (vllm:kv_cache_usage_perc) or max by ({BY}) (vllm:gpu_cache_usage_perc))"
 WAITING = f"sum by ({BY}) (vllm:num_requests_waiting)"
-KV_FULL = 0.8  # the fraction knowledge/facts.py's KV_NEAR_FULL_PCT calls near full
+KV_FULL = KV_NEAR_FULL_PCT / 100  # the diagnosis's "near full", as the gauge's fraction
 
 
 @dataclass(frozen=True)
