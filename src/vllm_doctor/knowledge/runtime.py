@@ -34,7 +34,7 @@ def _decode_intervals(w: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @check(
-    reads=set(),  # the window (facts.window) and --tpot-budget (options)
+    reads=set(),  # the window (facts.window), its largest batch (facts.stats) and --tpot-budget (options)
     returns={"itl_p95_ms", "itl_p50_ms", "itl_count", "tpot_budget_ms", "decode_verdict", "running_max",
              "seqs_under_budget", "window_scrapes", "decode_only_p95_ms", "decode_cause"},
 )  # fmt: skip
@@ -53,8 +53,8 @@ def decode_speed(inp: CheckInput) -> CheckResult:
         "window_scrapes": w["scrapes"],
         "decode_verdict": "unjudged",
     }
-    if w.get("running_max") is not None:  # the whole window's, as the p95 is (not the decode-only intervals')
-        out["running_max"] = w["running_max"]
+    if inp.facts.stats.running_max is not None:  # the whole series', as the p95 is (not the decode-only intervals')
+        out["running_max"] = inp.facts.stats.running_max
     if budget is not None:
         out["tpot_budget_ms"] = budget
         out["decode_verdict"] = "over" if itl["p95_ms"] > budget else "under"

@@ -8,7 +8,6 @@ The result is plain data (Facts.window) the runtime checks (knowledge/runtime.py
     scrapes, intervals, seconds (None when the scrapes carry no times: saved files), resets,
     itl / ttft / queue / prefill: {count, mean_ms, p50_ms, p95_ms, p99_ms, over_1s_share},
     prompt_len: {count, median_le, over_median} (prompt tokens of the requests finished in it),
-    running_max: the largest running gauge of any scrape,
     per_interval: [{running, itl_count, itl_p95_ms, itl_p99_ms, prompt_tokens, preemptions}],
     itl_by_running: [{running_upto, itl_count, itl_p95_ms}] (decode-only intervals, pooled upwards),
     prefix_queries, prefix_hits, finished: {reason: n}, preemptions, generation_tokens, prompt_tokens
@@ -108,8 +107,6 @@ def window(scrapes: list[Scrape]) -> dict[str, Any]:
     for key in ("itl", "ttft", "queue", "prefill"):
         out[key] = latency(hist_increase([s.hists.get(key) for s in scrapes]))
     out["prompt_len"] = prompt_lengths(hist_increase([s.hists.get("prompt_len") for s in scrapes]))
-    runs = [s.running for s in scrapes if s.running is not None]
-    out["running_max"] = int(max(runs)) if runs else None  # the largest batch the window's tokens saw
     out["per_interval"] = [_interval(a, b) for a, b in zip(scrapes, scrapes[1:], strict=False)]
     out["itl_by_running"] = _itl_by_running(scrapes)
     for key in ("prefix_queries", "prefix_hits"):
