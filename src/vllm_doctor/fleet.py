@@ -9,8 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 from vllm_doctor.data import Report, Rule
+from vllm_doctor.facts import StatsSeries
 from vllm_doctor.knowledge.contract import Options
-from vllm_doctor.knowledge.facts import StatsSeries
 from vllm_doctor.read import prom
 from vllm_doctor.read.metrics import Scrape
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.data import CONCURRENCY_KEYS, MODEL_SHAPE_KEYS, Diagnosis, Life, Match, Report, Rule
+from vllm_doctor.facts import Facts
 from vllm_doctor.knowledge.checks import DEFAULT_BLOCK_SIZE, CheckInput, Options, concurrency_budget
 from vllm_doctor.knowledge.command import corrected
 from vllm_doctor.knowledge.diagnose import diagnose
-from vllm_doctor.knowledge.facts import Facts
 from vllm_doctor.knowledge.lifetimes import Lifetime, Lifetimes, crash_loop, ending, from_this_host
 from vllm_doctor.matching import loader
 from vllm_doctor.matching.engine import Engine

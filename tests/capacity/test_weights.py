@@ -229,8 +229,8 @@ def test_explain_sizes_tp_with_the_headers_of_the_cached_model_when_the_log_does
 
 def test_weights_per_gpu_follows_the_logs_dtype_quantization_and_tp(tmp_path):
     from vllm_doctor.capacity.weights import FROM_HEADERS
+    from vllm_doctor.facts import Facts
     from vllm_doctor.knowledge.contract import CheckInput
-    from vllm_doctor.knowledge.facts import Facts
     from vllm_doctor.knowledge.sizing import weights_per_gpu
 
     write_safetensors(tmp_path / "model.safetensors", dense("F32"))

@@ -10,12 +10,12 @@ import tracemalloc
 
 import shapes
 
-from vllm_doctor.knowledge.facts import Facts, StatsSeries
-from vllm_doctor.knowledge.series import KEPT
+from vllm_doctor.facts import Facts, StatsSeries
 from vllm_doctor.matching import engine as engine_mod
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.pipeline import explain
 from vllm_doctor.read import logread
+from vllm_doctor.series import KEPT
 
 
 def _explain(tmp_path, data: bytes):

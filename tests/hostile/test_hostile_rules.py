@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from conftest import LAB, ROOT, SAMPLE_RULE
 from vllm_doctor.cli import app
-from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.facts import Facts
 from vllm_doctor.matching import linear, redos
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.matching.loader import load

@@ -6,9 +6,9 @@ import pytest
 
 from conftest import FIXTURES, LAB
 from vllm_doctor.data import Evidence, Match, Rule
+from vllm_doctor.facts import PHASES, Facts, fact_names
 from vllm_doctor.knowledge import contract
 from vllm_doctor.knowledge.checks import CHECKS, CheckInput, Options
-from vllm_doctor.knowledge.facts import PHASES, Facts, fact_names
 
 
 def run(name: str, values: dict | None = None, facts: Facts | None = None, match: Match | None = None, **options):
@@ -100,7 +100,7 @@ def test_concurrency_budget_with_a_target():
 
 
 def test_the_phases_the_checks_read_are_the_declared_ones():
-    from vllm_doctor.knowledge.facts import CACHE_PHASES, LIFE_PHASES, SHUTDOWN_PHASES, WEIGHT_PHASES
+    from vllm_doctor.facts import CACHE_PHASES, LIFE_PHASES, SHUTDOWN_PHASES, WEIGHT_PHASES
 
     assert CACHE_PHASES | WEIGHT_PHASES | SHUTDOWN_PHASES | LIFE_PHASES == PHASES and "sampler_warmup" not in PHASES
 

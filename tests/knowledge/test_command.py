@@ -7,8 +7,8 @@ import shlex
 
 from conftest import FIXTURES, LAB
 from vllm_doctor.data import FixOut
+from vllm_doctor.facts import Facts
 from vllm_doctor.knowledge.command import apply, arguments
-from vllm_doctor.knowledge.facts import Facts
 from vllm_doctor.render import render
 
 V1_ERROR = (

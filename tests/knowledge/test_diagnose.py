@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from vllm_doctor.data import Diagnosis, Evidence, Fix, Match
+from vllm_doctor.facts import Facts
 from vllm_doctor.knowledge.diagnose import diagnose, rank, render_fix
-from vllm_doctor.knowledge.facts import Facts
 from vllm_doctor.matching.loader import parse
 
 

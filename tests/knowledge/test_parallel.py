@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from vllm_doctor.capacity.shape import ModelShape
 from vllm_doctor.data import Evidence, Match, Rule
+from vllm_doctor.facts import Facts
 from vllm_doctor.knowledge.checks import CHECKS, CheckInput, Options
-from vllm_doctor.knowledge.facts import Facts
 
 
 def quant(values: dict, lines: list[str] = (), shape: ModelShape | None = None):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from vllm_doctor.data import Diagnosis, Evidence, Line
+from vllm_doctor.facts import Facts
 from vllm_doctor.knowledge.checks import CHECKS, CheckInput, Options
 from vllm_doctor.knowledge.diagnose import rank
-from vllm_doctor.knowledge.facts import Facts
 from vllm_doctor.knowledge.tracebacks import module_of, search_text
 
 KV = "/usr/local/lib/python3.12/dist-packages/vllm/v1/core/kv_cache_utils.py"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from vllm_doctor.data import Evidence, Match, Rule
+from vllm_doctor.facts import Facts
 from vllm_doctor.knowledge.checks import CHECKS, CheckInput, Options
-from vllm_doctor.knowledge.facts import Facts
 
 V0 = "WARNING 06-11 09:12:44 scheduler.py:1091] Input prompt (5000 tokens) is too long and exceeds limit of 4096"
 

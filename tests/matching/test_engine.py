@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vllm_doctor.data import Line
-from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.facts import Facts
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.matching.loader import parse
 

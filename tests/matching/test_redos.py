@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from conftest import LAB, SAMPLE_RULE
 from vllm_doctor.cli import app
-from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.facts import Facts
 from vllm_doctor.matching import engine as engine_mod
 from vllm_doctor.matching import redos
 from vllm_doctor.matching.engine import Engine

@@ -18,8 +18,8 @@ import pytest
 from conftest import FIXTURES, LAB, ROOT, SCHEMAS, SHARED, VALIDATORS, conforms
 from vllm_doctor.capacity import gpu
 from vllm_doctor.capacity.plan import PlanRequest, make_plan
+from vllm_doctor.facts import FACTS
 from vllm_doctor.knowledge.checks import Options
-from vllm_doctor.knowledge.facts import FACTS
 from vllm_doctor.pipeline import from_metrics
 from vllm_doctor.read.metrics import fetch
 from vllm_doctor.render.json import render as to_json

@@ -13,7 +13,7 @@ import json
 import shlex
 
 from vllm_doctor.data import Corrected, Diagnosis, FixOut
-from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.facts import Facts
 
 _POSITIONAL = ("model_tag", "model")  # the model: `vllm serve MODEL`, never a flag
 _FLAG_FORMS = ("-",)  # a pasted command's flags

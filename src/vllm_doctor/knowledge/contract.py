@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.data import Evidence, Match
-from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.facts import Facts
 
 if TYPE_CHECKING:  # the model and GPU modules load only when a model or GPU is involved
     from vllm_doctor.capacity.gpu import GpuSnapshot

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_doctor.data import SEVERITIES, Diagnosis, Fix, FixOut, Match, Rule
+from vllm_doctor.facts import Facts
 from vllm_doctor.knowledge import fixcheck
 from vllm_doctor.knowledge.checks import CHECKS, CheckInput, CheckResult, Options
-from vllm_doctor.knowledge.facts import Facts
 from vllm_doctor.matching import expr
 
 _SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}

@@ -4,8 +4,8 @@ came during a shutdown."""
 
 from __future__ import annotations
 
+from vllm_doctor.facts import CACHE_PHASES, LIFE_PHASES, WEIGHT_PHASES
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
-from vllm_doctor.knowledge.facts import CACHE_PHASES, LIFE_PHASES, WEIGHT_PHASES
 
 _OOM_WORDS = {"graph_capture": "while capturing CUDA graphs", "kv_cache_sized": "after the KV cache was sized"}
 

@@ -14,8 +14,8 @@ from typing import Any
 from urllib.parse import quote_plus
 
 from vllm_doctor.data import cut_evidence
+from vllm_doctor.facts import TracebackRecord
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
-from vllm_doctor.knowledge.facts import TracebackRecord
 
 FRAME_GAP = 12  # lines between two frames of one traceback (code lines, ^^^ markers, interleaved workers)
 MESSAGE_CHARS = 200

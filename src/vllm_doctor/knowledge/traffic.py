@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_doctor.data import cut_evidence
+from vllm_doctor.facts import KV_NEAR_FULL_PCT, StatsSeries
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
-from vllm_doctor.knowledge.facts import KV_NEAR_FULL_PCT, StatsSeries
 
 COMMON_SEQ_CAPS = {128, 256, 512, 1024}  # --max-num-seqs defaults across versions and GPUs
 

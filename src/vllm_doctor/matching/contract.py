@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 
 from vllm_doctor.data import Rule
-from vllm_doctor.knowledge.facts import PHASES, fact_names
+from vllm_doctor.facts import PHASES, fact_names
 from vllm_doctor.matching import expr
 
 _GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")

@@ -12,7 +12,7 @@ from time import perf_counter
 from typing import Any, Protocol
 
 from vllm_doctor.data import EVIDENCE_CHARS, Line, Match, Rule, cut_evidence
-from vllm_doctor.knowledge.facts import ARGS, SERIES_FIELDS, Facts, convert, number
+from vllm_doctor.facts import ARGS, SERIES_FIELDS, Facts, convert, number
 from vllm_doctor.matching.loader import compile_regex
 from vllm_doctor.read import lineparse
 from vllm_doctor.read.logread import CONTEXT_AFTER  # the lines after a hit the reader delivers

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from vllm_doctor.data import CONFIDENCES, FIX_DIRECTIONS, SEVERITIES, Fix, Pattern, Rule
-from vllm_doctor.knowledge.facts import ARGS, FACTS, SERIES_FIELDS
+from vllm_doctor.facts import ARGS, FACTS, SERIES_FIELDS
 from vllm_doctor.matching.contract import _close, name_problems
 from vllm_doctor.matching.problems import Problems as _Problems
 from vllm_doctor.matching.problems import RuleError
@@ -132,7 +132,7 @@ def _builtin_data(directory: Path, files: list[Path]) -> list[tuple[Path, dict]]
     """The parsed TOML of the built-in rule files. Parsing 100+ TOML files is a sixth of the
     cold start of `explain`, so the result is kept as JSON (data, like the files) and reused
     while no file's name, size or mtime has changed (cache.py)."""
-    from vllm_doctor import cache
+    from vllm_doctor.read import cache
 
     try:
         stamp = [[str(p.relative_to(directory)), *_stat(p)] for p in files]

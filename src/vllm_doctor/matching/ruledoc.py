@@ -91,8 +91,8 @@ SEVERITY_ORDER = {"blocker": 2, "warning": 1, "info": 0}
 
 def numbers(rule: Rule) -> list[str]:
     """The names the rule's summary, fixes and conditions can use (matching/contract.py)."""
+    from vllm_doctor.facts import FACTS, STATS_PREFIX, stats_names
     from vllm_doctor.knowledge.checks import CHECKS
-    from vllm_doctor.knowledge.facts import FACTS, STATS_PREFIX, stats_names
 
     out = ["Numbers it can use", ""]
     groups = sorted(rule_groups(rule))

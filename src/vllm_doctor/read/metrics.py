@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from vllm_doctor.errors import DoctorError
-from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.facts import Facts
 from vllm_doctor.read import histogram
 from vllm_doctor.read.histogram import Histogram
 from vllm_doctor.read.httpget import Deadline, opener

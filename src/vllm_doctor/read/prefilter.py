@@ -115,7 +115,7 @@ def _hyperscan_db(hyperscan, anchors: list[str]):
     import hashlib
     import platform
 
-    from vllm_doctor import cache
+    from vllm_doctor.read import cache
 
     text = "\0".join([getattr(hyperscan, "__version__", "?"), platform.machine(), *anchors])
     key = hashlib.sha256(text.encode("utf-8")).hexdigest().encode() + b"\n"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from vllm_doctor.knowledge.facts import KV_NEAR_FULL_PCT
+from vllm_doctor.facts import KV_NEAR_FULL_PCT
 
 BY = "instance, model_name"  # one alert per server and model
 KV = f"(max by ({BY}) (vllm:kv_cache_usage_perc) or max by ({BY}) (vllm:gpu_cache_usage_perc))"

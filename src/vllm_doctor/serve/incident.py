@@ -222,8 +222,8 @@ def _undiagnosed(schema: str) -> dict[str, Any]:
     """report/1 of an output the diagnosis failed on: every key, null or empty (lines: not read)."""
     try:
         from vllm_doctor.capacity.gpu import skipped
+        from vllm_doctor.facts import Facts
         from vllm_doctor.knowledge.checks import Options
-        from vllm_doctor.knowledge.facts import Facts
         from vllm_doctor.pipeline import build
         from vllm_doctor.render.json import to_dict
 

@@ -109,7 +109,7 @@ class Watcher(threading.Thread):
             self.q.close()
 
     def _run(self) -> None:
-        from vllm_doctor.knowledge.facts import Facts
+        from vllm_doctor.facts import Facts
         from vllm_doctor.matching.engine import Engine
         from vllm_doctor.matching.loader import load
         from vllm_doctor.read.logread import ChunkLines

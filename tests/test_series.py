@@ -3,8 +3,8 @@ peak and the latest kept however long the log."""
 
 from __future__ import annotations
 
-from vllm_doctor.knowledge import series
-from vllm_doctor.knowledge.facts import StatsSeries
+from vllm_doctor import series
+from vllm_doctor.facts import StatsSeries
 
 LINE = "(APIServer pid=1) INFO 11-30 01:58:49 [loggers.py:335] Engine 000: Running: 7 reqs, Waiting: 9 reqs"
 
@@ -37,7 +37,7 @@ def test_a_preemption_warning_is_no_sample():
 def test_a_point_takes_vllms_own_time_as_the_lifetimes_do():
     """A collector's timestamp heads the line; vLLM's own time after the level is the one drawn,
     the same the restart timeline dates the start by."""
-    from vllm_doctor.knowledge.series import line_time, point
+    from vllm_doctor.series import line_time, point
 
     text = "2026-11-30T01:59:10.123456789Z INFO 11-30 01:58:49 [loggers.py:123] Engine 000: Running: 2 reqs"
     assert point({"running": 2}, 7, 0, text)["time"] == "11-30 01:58:49" == line_time(text)[0]

@@ -13,8 +13,8 @@ from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from vllm_doctor import series
 from vllm_doctor.data import Line
-from vllm_doctor.knowledge import series
 
 KV_NEAR_FULL_PCT = 80.0  # KV usage at or above this, with requests waiting, is a full cache
 
