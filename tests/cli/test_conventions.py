@@ -18,9 +18,9 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import LAB, ROOT, SAMPLE_RULE, conforms
-from vllm_doctor import __version__, settings
-from vllm_doctor.cli import app
-from vllm_doctor.output import resolve
+from vllm_doctor import __version__
+from vllm_doctor.cli import app, settings
+from vllm_doctor.cli.output import resolve
 from vllm_doctor.read.source import STDIN_HINT
 
 OOM = LAB / "cache-oom.log"

@@ -131,7 +131,7 @@ SHARED = _shared_gpu()
 
 def _lab_window() -> Facts:
     """The facts of the lab's saturated scrape series (fixtures/lab/queue-saturation.metrics-*.txt)."""
-    from vllm_doctor.fleet import replica_numbers
+    from vllm_doctor.cli.fleet import replica_numbers
     from vllm_doctor.read import metrics
 
     paths = sorted(LAB.glob("queue-saturation.metrics-*.txt"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))

@@ -82,7 +82,7 @@ def report(case: dict):
 def fleet_report(idle_pages: list[str]):
     """Two replicas without Prometheus (test_prom.py has the real one): the saturated series, and
     an idle or a queueing second one; the report of the first with both replicas' numbers."""
-    from vllm_doctor.fleet import replica_numbers
+    from vllm_doctor.cli.fleet import replica_numbers
 
     busy = series({"series": "queue-saturation", "scrapes": [0, 11]})
     other = [metrics.parse((LAB / p).read_text(), p, at=INTERVAL * i) for i, p in enumerate(idle_pages)]

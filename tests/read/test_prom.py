@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from conftest import LAB
 from vllm_doctor.cli import app
-from vllm_doctor.fleet import from_prometheus
+from vllm_doctor.cli.fleet import from_prometheus
 from vllm_doctor.knowledge.contract import Options
 from vllm_doctor.read import prom
 

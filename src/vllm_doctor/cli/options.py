@@ -24,7 +24,7 @@ class Group(TyperGroup):
         except DoctorError as e:
             fail(str(e))
         except BrokenPipeError:  # stdout closed before a listing was out (`rules | head`): click would exit 1
-            from vllm_doctor.output import quiet_closed_stdout
+            from vllm_doctor.cli.output import quiet_closed_stdout
 
             quiet_closed_stdout()
             raise typer.Exit(141) from None
@@ -260,8 +260,8 @@ def load_rules(extra: list[Path], strict: bool = False, kinds: set | None = None
 def target(ctx: typer.Context, format: Format | None, output: str | None, color: Color):
     """(format, path): --format on the command line wins, then -o's suffix, then the settings'.
     --color takes effect here too, before anything is printed."""
-    from vllm_doctor.output import resolve
-    from vllm_doctor.settings import apply_color
+    from vllm_doctor.cli.output import resolve
+    from vllm_doctor.cli.settings import apply_color
 
     apply_color(color.value)
     given = ctx.get_parameter_source("format")

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from vllm_doctor import clistart
-from vllm_doctor.cliopts import (
+from vllm_doctor.cli import start
+from vllm_doctor.cli.options import (
     EXIT_HELP,
     LOG_KINDS,
     AlertFormat,
@@ -81,9 +81,9 @@ def _root(
     """The commands: explain, watch, check, serve, plan, alerts, rules."""
 
 
-app.command(cls=Command, context_settings=clistart.VLLM_ARGS)(clistart.check)
-app.command(cls=Command, context_settings=clistart.VLLM_ARGS)(clistart.serve)
-app.command(cls=Command)(clistart.plan)
+app.command(cls=Command, context_settings=start.VLLM_ARGS)(start.check)
+app.command(cls=Command, context_settings=start.VLLM_ARGS)(start.serve)
+app.command(cls=Command)(start.plan)
 
 
 @app.command(cls=Command)
@@ -126,8 +126,8 @@ def explain(
     Exit status: 0 no blocker, 1 a blocker, 2 usage error or unreadable input, 3 internal error,
     4 unknown (no vLLM output, an empty input, or a start that stops with no sign of why)."""
     from vllm_doctor import pipeline
+    from vllm_doctor.cli.output import emit
     from vllm_doctor.knowledge.checks import Options
-    from vllm_doctor.output import emit
 
     fmt, path = target(ctx, format, output, color)
     level = verbosity(quiet, verbose)
@@ -139,7 +139,7 @@ def explain(
     rules = load_rules(rules_dirs, strict_rules, LOG_KINDS)
     budgets: dict[str, Any] = {"tpot_budget_ms": tpot_budget, "ttft_budget_ms": ttft_budget}
     if server:
-        from vllm_doctor.fleet import server_report
+        from vllm_doctor.cli.fleet import server_report
 
         window = (since, start, end, selector)
         report = server_report(metrics, prometheus, window, rules, Options(target_concurrency, target_len, **budgets))
@@ -163,7 +163,7 @@ def explain(
 
 def _follow(source: str, rules, options, fmt: str):
     """--follow: the lines as diagnoses appear go to stdout with text, to stderr beside a json or markdown report."""
-    from vllm_doctor.follow import follow
+    from vllm_doctor.cli.follow import follow
     from vllm_doctor.read.source import open_input
 
     stream, owned = open_input(source)
@@ -239,7 +239,7 @@ def watch(
     import time
 
     from vllm_doctor import pipeline
-    from vllm_doctor.output import emit
+    from vllm_doctor.cli.output import emit
     from vllm_doctor.read.metrics import MetricsError, Scrape, describe, fetch
 
     fmt, path = target(ctx, format, output, color)
@@ -285,8 +285,8 @@ def main() -> None:
     """Run the CLI; bad input, usage errors and internal errors are one line on stderr, never a
     traceback: exit 2 for the first two, 3 for our own bugs, 130 for Ctrl-C, 141 (SIGPIPE's) when
     stdout closed before a listing was out. Defaults come from the settings (settings.py)."""
+    from vllm_doctor.cli.settings import default_map, load
     from vllm_doctor.errors import DoctorError
-    from vllm_doctor.settings import default_map, load
 
     try:
         defaults = default_map(load())
@@ -299,7 +299,7 @@ def main() -> None:
     except SystemExit as e:  # click met a closed stdout itself (the top --help) and exits 1: SIGPIPE's 141
         code = 141 if type(sys.stdout).__name__ == "PacifyFlushWrapper" else e.code
     except BrokenPipeError:  # a listing's reader went away (`rules | head`)
-        from vllm_doctor.output import quiet_closed_stdout
+        from vllm_doctor.cli.output import quiet_closed_stdout
 
         quiet_closed_stdout()
         code = 141
@@ -308,7 +308,7 @@ def main() -> None:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        from vllm_doctor.output import quiet_closed_stdout
+        from vllm_doctor.cli.output import quiet_closed_stdout
 
         quiet_closed_stdout()  # the flush at exit finds /dev/null: no "Exception ignored" line
     sys.exit(code or 0)

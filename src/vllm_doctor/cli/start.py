@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from vllm_doctor.cliopts import (
+from vllm_doctor.cli.options import (
     LOG_KINDS,
     BlockSizeOpt,
     Color,
@@ -55,7 +55,7 @@ def check(
         from vllm_doctor.preflight.checks import listing
 
         return typer.echo(listing())
-    from vllm_doctor.output import emit
+    from vllm_doctor.cli.output import emit
     from vllm_doctor.preflight.args import parse
     from vllm_doctor.preflight.run import preflight
 
@@ -215,7 +215,7 @@ def plan(
     sequences that fit, valid TP sizes and a ready `vllm serve` line. Exit 1 when it does not fit."""
     from vllm_doctor.capacity import plan as planner
     from vllm_doctor.capacity.gpu import skipped, snapshot
-    from vllm_doctor.output import emit
+    from vllm_doctor.cli.output import emit
 
     fmt, path = target(ctx, format, output, color)
     request = planner.PlanRequest(
