@@ -75,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=genlog.parse_size, default=genlog.parse_size("100MiB"))
     ap.add_argument("--skip", default="", help="comma-separated engines to leave out")
     args = ap.parse_args(argv)
+    from vllm_doctor.knowledge.checks import CHECKS
     from vllm_doctor.matching.loader import load
 
-    anchors = sorted({a for r in load() for a in r.anchors})
+    anchors = sorted({a for r in load(checks=CHECKS) for a in r.anchors})
     log = HERE / "out" / f"bench-{args.size >> 20}m.log"
     genlog.ensure(log, args.size)
     for _view in blocks(log):  # into the page cache

@@ -56,9 +56,10 @@ def doctor() -> list[str]:
 
 def anchors_file() -> Path:
     """The rules' literal anchors, one a line: what rg and grep look for."""
+    from vllm_doctor.knowledge.checks import CHECKS
     from vllm_doctor.matching.loader import load
 
-    anchors = sorted({a for r in load() for a in r.anchors})
+    anchors = sorted({a for r in load(checks=CHECKS) for a in r.anchors})
     path = OUT / "anchors.txt"
     path.write_text("\n".join(anchors) + "\n", encoding="utf-8")
     return path

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from vllm_doctor.knowledge import contract
+from vllm_doctor.knowledge.checks import CHECKS
 from vllm_doctor.matching.loader import load as load_rules
 from vllm_doctor.pipeline import explain
 
@@ -83,7 +84,7 @@ def fake_bin(tmp_path):
 
 @pytest.fixture(scope="session")
 def rules():
-    return load_rules()
+    return load_rules(checks=CHECKS)
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.data import CONCURRENCY_KEYS, MODEL_SHAPE_KEYS, Diagnosis, Life, Match, Report, Rule
 from vllm_doctor.facts import Facts
+from vllm_doctor.knowledge import rulebook
 from vllm_doctor.knowledge.checks import DEFAULT_BLOCK_SIZE, CheckInput, Options, concurrency_budget
 from vllm_doctor.knowledge.command import corrected
 from vllm_doctor.knowledge.diagnose import diagnose
 from vllm_doctor.knowledge.lifetimes import Lifetime, Lifetimes, crash_loop, ending, from_this_host
-from vllm_doctor.matching import loader
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.read import logread
 
@@ -27,7 +27,7 @@ def explain(paths: list[str], rules: list[Rule] | None = None, options: Options 
     """Read the logs, split them into server lifetimes, and diagnose each alone. The report leads
     with the latest lifetime (or options.lifetime) and lists them all. Raises logread.ReadError
     for unreadable input."""
-    rules = rules if rules is not None else loader.load()
+    rules = rules if rules is not None else rulebook.load()
     engine = Engine(rules)
     stats = logread.ReadStats()
     router = Lifetimes()
@@ -99,7 +99,7 @@ def from_metrics(
     if fleet:
         facts.window["fleet"] = fleet
     return build(
-        rules if rules is not None else loader.load(),
+        rules if rules is not None else rulebook.load(),
         facts,
         {},
         options,

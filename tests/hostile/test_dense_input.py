@@ -11,6 +11,7 @@ import tracemalloc
 import shapes
 
 from vllm_doctor.facts import Facts, StatsSeries
+from vllm_doctor.knowledge.checks import CHECKS
 from vllm_doctor.matching import engine as engine_mod
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.pipeline import explain
@@ -75,7 +76,7 @@ def _rules():
     if not _RULES:
         from vllm_doctor.matching.loader import load
 
-        _RULES.extend(load())
+        _RULES.extend(load(checks=CHECKS))
     return _RULES
 
 

@@ -95,9 +95,10 @@ _ODD_NUMBERS = ("0", "-1", "00", "99999999999999999999", "1" * 5000, "1e999", "n
 def _mangled_examples(rng: random.Random) -> bytes:
     """Real lines the rules match (their examples), with the numbers in them made absurd."""
     if not _EXAMPLES:
+        from vllm_doctor.knowledge.checks import CHECKS
         from vllm_doctor.matching.loader import load
 
-        _EXAMPLES.extend(p.example for r in load() for p in r.patterns if p.example)
+        _EXAMPLES.extend(p.example for r in load(checks=CHECKS) for p in r.patterns if p.example)
     lines = []
     for _ in range(rng.randint(1, 12)):
         line = rng.choice(_EXAMPLES)
@@ -461,11 +462,12 @@ def test_templates_only_read_values_by_name(tmp_path):
     refused = _explain_with(tmp_path, _rules_dir(tmp_path, text))
     assert refused.exit_code == 2 and "is not a named group, a fact or a return" in refused.output
     # ... and a rule that got past loading still only reads values by name
+    from vllm_doctor.knowledge.checks import CHECKS
     from vllm_doctor.matching.loader import load
     from vllm_doctor.pipeline import explain
     from vllm_doctor.render.json import to_dict
 
-    [rule] = load([_rules_dir(tmp_path, SAMPLE_RULE)], builtin=False)
+    [rule] = load([_rules_dir(tmp_path, SAMPLE_RULE)], builtin=False, checks=CHECKS)
     rule.summary = hostile
     log = tmp_path / "x.log"
     log.write_text("it happened 3\n")
@@ -489,13 +491,14 @@ def test_a_rule_cannot_read_files(tmp_path):
 def test_loading_and_running_a_rule_opens_only_the_rule_files_and_runs_nothing(tmp_path, monkeypatch):
     """Watch every open() and eval/exec while rules load and run: only the rule files and the
     log are opened, nothing is evaluated."""
+    from vllm_doctor.knowledge.checks import CHECKS
     from vllm_doctor.matching.loader import load
     from vllm_doctor.pipeline import explain
 
     rules_dir = _rules_dir(tmp_path, SAMPLE_RULE)
     log = tmp_path / "x.log"
     log.write_text("it happened 3\n")
-    explain([str(log)], load([rules_dir], builtin=False))  # import every module first: imports exec
+    explain([str(log)], load([rules_dir], builtin=False, checks=CHECKS))  # import every module first: imports exec
     opened: list[str] = []
     real_open = builtins.open
 
@@ -515,7 +518,7 @@ def test_loading_and_running_a_rule_opens_only_the_rule_files_and_runs_nothing(t
     monkeypatch.setattr(Path, "read_text", spy_read_text)
     monkeypatch.setattr(builtins, "eval", forbidden)
     monkeypatch.setattr(builtins, "exec", forbidden)
-    rules = load([rules_dir], builtin=False)
+    rules = load([rules_dir], builtin=False, checks=CHECKS)
     report = explain([str(log)], rules)
     assert [d.rule for d in report.diagnoses] == ["my-rule"]
     assert set(opened) <= {str(rules_dir / "my-rule.toml"), str(log)}
@@ -524,13 +527,14 @@ def test_loading_and_running_a_rule_opens_only_the_rule_files_and_runs_nothing(t
 def test_builtin_rules_load_the_same_from_the_cache_a_damaged_cache_or_in_full(tmp_path, monkeypatch):
     """The fast path for the built-in rules (TOML cached as JSON, regexes compiled on first use)
     gives exactly the rules a full, validating load gives."""
+    from vllm_doctor.knowledge.checks import CHECKS
     from vllm_doctor.matching import loader as rules
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    full = [rules.load_file(p) for p in rules.rule_files(rules.builtin_dir())]
-    assert rules.load() == full  # writes the cache
-    assert rules.load() == full  # reads it
+    full = [rules.load_file(p, checks=CHECKS) for p in rules.rule_files(rules.builtin_dir())]
+    assert rules.load(checks=CHECKS) == full  # writes the cache
+    assert rules.load(checks=CHECKS) == full  # reads it
     cache = tmp_path / "vllm-doctor" / "builtin-rules.json"
     for damage in (b"{not json", b'{"key": 1}', b"[]", b'{"key": null, "rules": 5}'):
         cache.write_bytes(damage)
-        assert rules.load() == full
+        assert rules.load(checks=CHECKS) == full

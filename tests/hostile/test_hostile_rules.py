@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from conftest import LAB, ROOT, SAMPLE_RULE
 from vllm_doctor.cli import app
 from vllm_doctor.facts import Facts
+from vllm_doctor.knowledge.checks import CHECKS
 from vllm_doctor.matching import linear, redos
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.matching.loader import load
@@ -127,7 +128,7 @@ def test_twenty_rules_of_the_slow_shapes_that_remain_cost_nothing_on_a_hostile_l
         f"slow-{i}": rule_text(f"slow-{i}", shapes[i % 2], "hostile", "hostile abc3" if i % 2 == 0 else "hostile xy3")
         for i in range(20)
     }
-    rules = load([rules_dir(tmp_path, texts)], builtin=False)
+    rules = load([rules_dir(tmp_path, texts)], builtin=False, checks=CHECKS)
     assert all(r.linear for r in rules)
     log = tmp_path / "hostile.log"
     lines = ["hostile " + "ab" * 8000, "hostile " + "x" * 16000] * 50
@@ -171,7 +172,7 @@ def test_a_rule_in_the_subset_works_end_to_end(tmp_path):
     runner = CliRunner()
     check = runner.invoke(app, ["rules", "check", str(d)])
     assert check.exit_code == 0 and "1 rule file(s) OK" in check.stdout, check.stderr
-    [rule] = load([d], builtin=False)
+    [rule] = load([d], builtin=False, checks=CHECKS)
     assert rule.linear
     log = tmp_path / "server.log"
     log.write_text("INFO 06-11 09:12:44 worker.py:1] KV tokens: 2048 cpu (spilled)\nINFO done\n")

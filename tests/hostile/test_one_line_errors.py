@@ -115,10 +115,11 @@ def test_a_rule_file_that_breaks_the_toml_reader(tmp_path, text, command):
 
 def test_a_rule_may_still_say_a_dotted_name_in_its_text(tmp_path):
     """The dotted-key guard reads keys, not strings: a regex or an example with dots passes."""
+    from vllm_doctor.knowledge.checks import CHECKS
     from vllm_doctor.matching.loader import load
 
     rules = tmp_path / "rules"
     rules.mkdir()
     text = SAMPLE_RULE.replace('example = "it happened 3"', 'example = "it happened 3 in vllm.v1.engine.core.x"')
     (rules / "my-rule.toml").write_text(text)
-    assert [r.id for r in load([rules], builtin=False)] == ["my-rule"]
+    assert [r.id for r in load([rules], builtin=False, checks=CHECKS)] == ["my-rule"]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from vllm_doctor.data import Diagnosis, Evidence, Fix, Match
 from vllm_doctor.facts import Facts
+from vllm_doctor.knowledge.checks import CHECKS
 from vllm_doctor.knowledge.diagnose import diagnose, rank, render_fix
 from vllm_doctor.matching.loader import parse
 
@@ -58,7 +59,7 @@ RULE = {
 
 
 def test_diagnose_runs_the_checks_and_renders_summary_and_fixes():
-    rule = parse(RULE, Path("heads.toml"))
+    rule = parse(RULE, Path("heads.toml"), checks=CHECKS)
     match = Match(rule, [Evidence(5, "x")], {"heads": 40, "tp": 3}, 1, 5)
     [out] = diagnose([rule], {"heads": match}, Facts())
     assert out.summary == "40 heads on 3 GPUs; try 2"

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLE_RULE
+from vllm_doctor.knowledge.checks import CHECKS
 from vllm_doctor.matching.loader import RuleError, load
 from vllm_doctor.matching.ruledoc import check_dir, document
 
@@ -19,7 +20,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def problems(tmp_path: Path, text: str) -> list[str]:
-    found, count = check_dir(write(tmp_path, text))
+    found, count = check_dir(write(tmp_path, text), checks=CHECKS)
     assert count == 1
     return found
 
@@ -77,7 +78,7 @@ def test_every_problem_of_a_file_is_reported_one_line_each(tmp_path):
     assert all(line.count("\n") == 0 and "my-rule.toml" in line for line in found)
     # loading refuses the file with the first problem, and keeps them all
     with pytest.raises(RuleError) as err:
-        load([tmp_path / "rules"], builtin=False)
+        load([tmp_path / "rules"], builtin=False, checks=CHECKS)
     assert len(err.value.problems) == 5 and str(err.value) == found[0]  # counter-examples: rules check only
 
 
@@ -87,7 +88,7 @@ def test_fix_lists_must_not_outnumber_the_actions(tmp_path):
 
 
 def test_rules_show_lists_the_numbers_a_rule_can_use(rules):
-    doc = document(next(r for r in rules if r.id == "attention-heads-not-divisible"))
+    doc = document(next(r for r in rules if r.id == "attention-heads-not-divisible"), checks=CHECKS)
     section = doc[doc.index("Numbers it can use") : doc.index("Fixes, in order")]
     assert "groups: heads (-> num_attention_heads), tp (-> tensor_parallel_size)" in section
     assert "tp_sizes returns: " in section and "tp_below" in section and "valid_tp_sizes" in section

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from vllm_doctor.data import Line
 from vllm_doctor.facts import Facts
+from vllm_doctor.knowledge.checks import CHECKS
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.matching.loader import parse
 
@@ -19,7 +20,7 @@ RULE = {
 
 
 def run(texts: list[str]):
-    engine = Engine([parse(RULE, Path("heads.toml"))])
+    engine = Engine([parse(RULE, Path("heads.toml"), checks=CHECKS)])
     lines = [
         Line(no=i, text=t, raw=t, anchors=tuple(engine.prefilter.anchors_in(t.encode())))
         for i, t in enumerate(texts, 1)

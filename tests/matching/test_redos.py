@@ -21,13 +21,14 @@ from typer.testing import CliRunner
 from conftest import LAB, SAMPLE_RULE
 from vllm_doctor.cli import app
 from vllm_doctor.facts import Facts
+from vllm_doctor.knowledge.checks import CHECKS
 from vllm_doctor.matching import engine as engine_mod
 from vllm_doctor.matching import redos
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.matching.loader import compile_regex, load, parse_all, rule_files
 from vllm_doctor.read import logread
 
-BUILTIN = load()
+BUILTIN = load(checks=CHECKS)
 PATTERNS = [
     (rule, i, key, text)
     for rule in BUILTIN
@@ -99,7 +100,7 @@ def _as_builtin(d: Path) -> list[str]:
 
     out: list[str] = []
     for path in rule_files(d):
-        rule, found = parse_all(tomllib.loads(path.read_text()), path, linear=False)
+        rule, found = parse_all(tomllib.loads(path.read_text()), path, linear=False, checks=CHECKS)
         out += [str(e) for e in found] + problems_in(rule)
     return out
 
@@ -194,6 +195,7 @@ def test_a_rule_slow_on_every_line_skips_those_lines_and_still_finds_the_last_on
             "patterns": [{"regex": r"GatedRepoError|(?P<repo>\S+) is a gated repository"}],
         },
         Path("slow-rule.toml"),
+        checks=CHECKS,
         trusted=True,  # as if it had slipped past `rules check`
     )  # fmt: skip
     monkeypatch.setattr(engine_mod, "RULE_BUDGET", 0.3)

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from conftest import SAMPLE_RULE
 from vllm_doctor.cli import app
+from vllm_doctor.knowledge.checks import CHECKS
 from vllm_doctor.matching.loader import RuleError, builtin_dir, load
 from vllm_doctor.matching.ruledoc import check_dir, document
 
@@ -16,7 +17,7 @@ RULES = builtin_dir()
 
 
 def test_builtin_rules_pass_the_check():
-    problems, count = check_dir(RULES)
+    problems, count = check_dir(RULES, checks=CHECKS)
     assert count > 40
     assert problems == []
 
@@ -38,7 +39,7 @@ def test_rules_are_found_from_the_package():
 
 def test_every_rule_documents_itself(rules):
     for r in rules:
-        doc = document(r)
+        doc = document(r, checks=CHECKS)
         assert r.title in doc and r.explanation.splitlines()[0] in doc
         for f in r.fixes:
             assert f.action in doc
@@ -75,14 +76,14 @@ def test_a_bad_rule_names_the_file_and_the_key(tmp_path, mutation, key):
     assert text != GOOD
     d = write(tmp_path, "my-rule", text)
     with pytest.raises(RuleError) as err:
-        load([d], builtin=False)
+        load([d], builtin=False, checks=CHECKS)
     assert err.value.key == key
     assert "my-rule.toml" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_example_that_does_not_match_is_caught_by_rules_check(tmp_path):
     d = write(tmp_path, "my-rule", GOOD.replace('example = "it happened 3"', 'example = "it happened x"'))
-    problems, _ = check_dir(d)
+    problems, _ = check_dir(d, checks=CHECKS)
     assert len(problems) == 1 and "patterns[0].example" in problems[0]
 
 
@@ -107,7 +108,7 @@ def test_user_rules_dir_adds_a_rule(tmp_path, run):
     log.write_text("INFO starting\nERROR it happened 42\n")
     from vllm_doctor.pipeline import explain
 
-    report = explain([str(log)], load([d]))
+    report = explain([str(log)], load([d], checks=CHECKS))
     assert report.diagnoses[0].rule == "my-rule"
     assert report.diagnoses[0].summary == "It happened: 42."
 
@@ -144,4 +145,4 @@ def test_every_fix_of_a_memory_category_moves_the_numbers_its_way(rules):
 def test_rules_show_states_the_taxonomy_rule(rules):
     from vllm_doctor.matching.ruledoc import TAXONOMY, document
 
-    assert TAXONOMY in document(next(r for r in rules if r.id == "cuda-oom-after-cache-sized"))
+    assert TAXONOMY in document(next(r for r in rules if r.id == "cuda-oom-after-cache-sized"), checks=CHECKS)

@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 
 from conftest import FIXTURES
+from vllm_doctor.knowledge.checks import CHECKS
 from vllm_doctor.matching.loader import builtin_dir
 from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.finding import found, rules
@@ -61,7 +62,7 @@ def test_rules_check_holds_a_preflight_rule_to_its_names(tmp_path):
     path = tmp_path / "check-x.toml"
     path.write_text('id = "check-x"\nkind = "preflight"\ncategory = "shm"\nseverity = "info"\ntitle = "t"\n'
                     'explanation = "e"\nnames = ["a"]\nsummary = ["{a} and {b}"]\nanchors = ["abcd"]\n')  # fmt: skip
-    _, problems = check_file(path)
+    _, problems = check_file(path, checks=CHECKS)
     said = sorted((p.key, p.message.split(":")[0]) for p in problems)
     assert ("anchors", "is for diagnosis and fact rules") in said and ("priority", "is missing") in said
     assert any(k == "summary" and "{b}" in m for k, m in ((p.key, p.message) for p in problems)), said

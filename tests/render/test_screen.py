@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, LAB, ROOT
+from vllm_doctor.knowledge.checks import CHECKS
 from vllm_doctor.render.text import SHORTENED
 
 TMUX = shutil.which("tmux")
@@ -215,7 +216,7 @@ def test_every_fixture_and_lab_report_keeps_its_answer_on_an_80x24_screen(monkey
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.setenv("LINES", "24")
     monkeypatch.setenv("NO_COLOR", "1")
-    rules, shortened = load(), 0
+    rules, shortened = load(checks=CHECKS), 0
     for log in sorted(FIXTURES.glob("logs/*/*.log")) + sorted(LAB.glob("*.log")):
         report = pipeline.explain([str(log)], rules, Options(gpu=False))
         screen = _Tty()

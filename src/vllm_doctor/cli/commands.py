@@ -11,7 +11,6 @@ import typer
 from vllm_doctor.cli import start
 from vllm_doctor.cli.options import (
     EXIT_HELP,
-    LOG_KINDS,
     AlertFormat,
     Color,
     ColorOpt,
@@ -53,6 +52,7 @@ from vllm_doctor.cli.options import (
     target,
     verbosity,
 )
+from vllm_doctor.knowledge.rulebook import LOG_KINDS
 
 app = typer.Typer(
     cls=Group,
@@ -194,17 +194,19 @@ def rules_show(
     rules_dirs: RulesDirs = [],  # noqa: B006
 ) -> None:
     """Print one rule's documentation, generated from its file, or list a category's rules."""
+    from vllm_doctor.knowledge.checks import CHECKS
     from vllm_doctor.matching.ruledoc import show
 
-    typer.echo(show(load_rules(rules_dirs), rule_id))
+    typer.echo(show(load_rules(rules_dirs), rule_id, CHECKS))
 
 
 @rules_app.command("check", cls=Command)
 def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of rule files.", metavar="DIR")]) -> None:
     """Validate every rule file in a directory; one line per problem."""
+    from vllm_doctor.knowledge.checks import CHECKS
     from vllm_doctor.matching.ruledoc import check_dir
 
-    problems, count = check_dir(directory)
+    problems, count = check_dir(directory, CHECKS)
     for p in problems:
         typer.echo(p, err=True)
     if problems:

@@ -243,13 +243,10 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-LOG_KINDS = {"diagnosis", "fact"}  # what reading a log or a scrape uses; `check` has its own
-
-
-def load_rules(extra: list[Path], strict: bool = False, kinds: set | None = None):
+def load_rules(extra: list[Path], strict: bool = False, kinds: frozenset | None = None):
     """The built-in rules (of `kinds`, else all) and the --rules files; a bad file is one warning and
     left out (the built-in rules still run), or with --strict-rules the one-line error and exit 2."""
-    from vllm_doctor.matching.loader import load
+    from vllm_doctor.knowledge.rulebook import load
 
     def skip(e: Exception) -> None:
         typer.echo(f"vllm-doctor: {e} (skipped: the other rules run; --strict-rules refuses)", err=True)

@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 import typer
 
 from vllm_doctor.cli.options import (
-    LOG_KINDS,
     BlockSizeOpt,
     Color,
     ColorOpt,
@@ -31,6 +30,7 @@ from vllm_doctor.cli.options import (
     load_rules,
     target,
 )
+from vllm_doctor.knowledge.rulebook import LOG_KINDS
 
 # check and serve read the vllm serve command line as given: everything after -- is vLLM's
 VLLM_ARGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}

@@ -4,9 +4,9 @@ patterns compile in (linear), the ReDoS guard of the built-in patterns (redos), 
 lines, wrapped or split ones too (engine), and the documentation `rules show` prints (ruledoc).
 
 The engine knows nothing about vLLM: vLLM's wording lives in rules/*.toml. A new rule is a TOML
-file there plus a fixture (rules/README.md). May import data, errors, cache, read/ (Line, the
-prefilter), knowledge.facts (the store matches fill, the fact names and phases) and the checks'
-declarations in knowledge.checks (what a rule's names are checked against, on load only); never
-knowledge.diagnose, capacity, render, serve or cli. Named `matching`,
+file there plus a fixture (rules/README.md). May import data, errors, read/ (Line, the
+prefilter, the cache) and facts (the store matches fill, the fact names and phases); the checks'
+declarations a rule's names are checked against are handed to the loader (`checks`, by
+knowledge/rulebook.py). Never knowledge, capacity, render, preflight, serve or cli. Named `matching`,
 not `rules`, because the wheel ships the rule data as vllm_doctor/rules.
 """

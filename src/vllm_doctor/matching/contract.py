@@ -2,20 +2,35 @@
 
 A rule's templates (`{name}` in its summary and fixes) and conditions (`when`, rule and fix
 level) read values by name. The names that can ever be known are the rule's own named groups,
-the facts (knowledge/facts.py: FACTS, and `stats.<aggregate>` of the stats series) and what the
-rule's checks declare they return (knowledge/checks.py). A name outside them is a typo that would
-silently drop a summary or a fix, so loading refuses it; a phase outside facts.PHASES likewise.
+the facts (facts.py: FACTS, and `stats.<aggregate>` of the stats series) and what the rule's
+checks declare they return. The declarations are handed in (`checks`: knowledge/checks.py's CHECKS,
+by knowledge/rulebook.py): matching knows rules, not the checks. A name outside them is a typo that
+would silently drop a summary or a fix, so loading refuses it; a phase outside facts.PHASES likewise.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from vllm_doctor.data import Rule
 from vllm_doctor.facts import PHASES, fact_names
 from vllm_doctor.matching import expr
+
+
+class Declared(Protocol):
+    """A named check as a rule sees it (knowledge/contract.py's Check): what it reads and returns."""
+
+    @property
+    def reads(self) -> frozenset[str]: ...
+
+    @property
+    def returns(self) -> frozenset[str]: ...
+
+
+Checks = Mapping[str, Declared]  # name -> declaration: the checks a rule may name
 
 _GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")
 
@@ -25,19 +40,17 @@ def rule_groups(rule: Rule) -> set[str]:
     return {name for p in rule.patterns for name in _GROUP_NAME.findall(p.regex)}
 
 
-def check_returns(rule: Rule) -> dict[str, frozenset[str]]:
+def check_returns(rule: Rule, checks: Checks) -> dict[str, frozenset[str]]:
     """What each of the rule's checks declares it returns."""
-    from vllm_doctor.knowledge.checks import CHECKS
-
-    return {c: CHECKS[c].returns for c in rule.checks if c in CHECKS}
+    return {c: checks[c].returns for c in rule.checks if c in checks}
 
 
-def known_names(rule: Rule, groups: Iterable[str]) -> set[str]:
+def known_names(rule: Rule, groups: Iterable[str], checks: Checks) -> set[str]:
     """Every name the rule's templates and conditions may use (a preflight rule: what its check gives)."""
     if rule.kind == "preflight":
         return set(rule.names)
     out = set(groups) | fact_names()
-    for returns in check_returns(rule).values():
+    for returns in check_returns(rule, checks).values():
         out |= returns
     return out
 
@@ -65,7 +78,7 @@ def _condition_names(text: str) -> set[str]:
         return set()
 
 
-def name_problems(rule: Rule, groups: Iterable[str]) -> list[tuple[str, str]]:
+def name_problems(rule: Rule, groups: Iterable[str], checks: Checks) -> list[tuple[str, str]]:
     """(key, message) for each name the rule uses that can never be known, and a bad phase."""
     out: list[tuple[str, str]] = []
     if rule.phase is not None and rule.phase not in PHASES:
@@ -74,9 +87,9 @@ def name_problems(rule: Rule, groups: Iterable[str]) -> list[tuple[str, str]]:
         )
     if rule.kind == "fact":
         return out
-    known = known_names(rule, groups)
+    known = known_names(rule, groups, checks)
     seen: set[tuple[str, str]] = set()
-    checks = ", ".join(rule.checks) or "none"
+    named = ", ".join(rule.checks) or "none"
     for key, name, written in used_names(rule):
         if name in known or (key, name) in seen:
             continue
@@ -84,7 +97,7 @@ def name_problems(rule: Rule, groups: Iterable[str]) -> list[tuple[str, str]]:
         what = (
             "in the rule's names"
             if rule.kind == "preflight"
-            else f"a named group, a fact or a return of the rule's checks ({checks})"
+            else f"a named group, a fact or a return of the rule's checks ({named})"
         )
         out.append((key, f"{written} is not {what}{_close(name, known)}"))
     return out

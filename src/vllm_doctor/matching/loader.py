@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vllm_doctor.data import CONFIDENCES, FIX_DIRECTIONS, SEVERITIES, Fix, Pattern, Rule
 from vllm_doctor.facts import ARGS, FACTS, SERIES_FIELDS
-from vllm_doctor.matching.contract import _close, name_problems
+from vllm_doctor.matching.contract import Checks, _close, name_problems
 from vllm_doctor.matching.problems import Problems as _Problems
 from vllm_doctor.matching.problems import RuleError
 
@@ -54,11 +54,17 @@ def rule_files(directory: Path) -> list[Path]:
 
 
 def load(
-    dirs: Iterable[Path] | None = None, *, builtin: bool = True, skip: Callable | None = None, kinds: set | None = None
+    dirs: Iterable[Path] | None = None,
+    *,
+    checks: Checks,
+    builtin: bool = True,
+    skip: Callable | None = None,
+    kinds: set | frozenset | None = None,
 ) -> list[Rule]:
     """All rules: the built-in ones, then each extra directory's; a later id replaces an earlier. A bad
     file of an extra directory raises, or with `skip` goes to skip(error) (a warning) and is left out.
-    `kinds`: only the built-in rules of these kinds are parsed (explain needs no preflight rule)."""
+    `checks`: the named checks a rule may use. `kinds`: only the built-in rules of these kinds are
+    parsed (explain needs no preflight rule)."""
     sources = ([builtin_dir()] if builtin else []) + [Path(d) for d in (dirs or [])]
     rules: dict[str, Rule] = {}
     for i, directory in enumerate(sources):
@@ -69,12 +75,12 @@ def load(
             for path, data in _builtin_data(directory, files):
                 if kinds is not None and data.get("kind", "diagnosis") not in kinds:
                     continue
-                rule = parse(data, path, trusted=True)
+                rule = parse(data, path, checks=checks, trusted=True)
                 rules[rule.id] = rule
             continue
         for path in files:
             try:
-                rule = load_file(path)
+                rule = load_file(path, checks=checks)
             except RuleError as e:
                 if skip is None:
                     raise
@@ -84,21 +90,21 @@ def load(
     return list(rules.values())
 
 
-def load_file(path: Path, *, trusted: bool = False) -> Rule:
+def load_file(path: Path, *, checks: Checks, trusted: bool = False) -> Rule:
     """One rule file. `trusted` (the built-in rules, which the test suite checks in full with
     `rules check`) skips compiling the regexes here: the engine compiles each one on first use,
     and most never are, which keeps the cold start of `explain` short. A file outside the
     built-in rules compiles its patterns in the linear-time subset (matching/linear.py)."""
-    return parse(_read_toml(path), path, trusted=trusted)
+    return parse(_read_toml(path), path, checks=checks, trusted=trusted)
 
 
-def check_file(path: Path) -> tuple[Rule | None, list[RuleError]]:
+def check_file(path: Path, checks: Checks) -> tuple[Rule | None, list[RuleError]]:
     """One rule file as far as it can be read, and every problem loading finds in it."""
     try:
         data = _read_toml(path)
     except RuleError as e:
         return None, [e]
-    return parse_all(data, path)
+    return parse_all(data, path, checks=checks)
 
 
 # tomllib takes time and memory quadratic in the parts of a dotted key (100,000 parts: minutes,
@@ -215,9 +221,9 @@ def _no_catastrophic_backtracking(text: str, key: str, out: _Problems) -> None:
         out.add(key, f"can backtrack catastrophically: {problems[0]}")
 
 
-def parse(data: dict, path: Path, *, trusted: bool = False, linear: bool | None = None) -> Rule:
+def parse(data: dict, path: Path, *, checks: Checks, trusted: bool = False, linear: bool | None = None) -> Rule:
     """One rule from its TOML data; raises RuleError (every problem in `.problems`)."""
-    rule, problems = parse_all(data, path, trusted=trusted, linear=linear)
+    rule, problems = parse_all(data, path, checks=checks, trusted=trusted, linear=linear)
     if problems:
         problems[0].problems = problems
         raise problems[0]
@@ -225,14 +231,14 @@ def parse(data: dict, path: Path, *, trusted: bool = False, linear: bool | None 
 
 
 def parse_all(
-    data: dict, path: Path, *, trusted: bool = False, linear: bool | None = None
+    data: dict, path: Path, *, checks: Checks, trusted: bool = False, linear: bool | None = None
 ) -> tuple[Rule, list[RuleError]]:
     """The rule as far as it can be read, and every problem of it (for `rules check`). `linear`: whether its patterns must be in the linear-time subset (RE2); by default every
     rule but a trusted one or one from the built-in rules directory."""
     out = _Problems(path)
     if linear is None:
         linear = not trusted and not _is_builtin(path)
-    return _parse(data, path, trusted, linear, out), out.items
+    return _parse(data, path, checks, trusted, linear, out), out.items
 
 
 def _is_builtin(path: Path) -> bool:
@@ -242,7 +248,7 @@ def _is_builtin(path: Path) -> bool:
         return False
 
 
-def _parse(data: dict, path: Path, trusted: bool, linear: bool, out: _Problems) -> Rule:
+def _parse(data: dict, path: Path, checks: Checks, trusted: bool, linear: bool, out: _Problems) -> Rule:
     out.unknown_keys(data, _RULE_KEYS, "", "a rule key")
     rule_id = out.need(data, "id", str)
     if rule_id is not None and not _ID.match(rule_id):
@@ -259,7 +265,7 @@ def _parse(data: dict, path: Path, trusted: bool, linear: bool, out: _Problems) 
     groups = _patterns(data, rule, trusted, out)
     _anchors(data, rule, out)
     _facts(data, rule, groups, out)
-    _checks(data, rule, out)
+    _checks(data, rule, checks, out)
     rule.phase = out.need(data, "phase", str, required=False)
     rule.references = out.strings(data, "references") or []
     if kind == "fact":
@@ -271,7 +277,7 @@ def _parse(data: dict, path: Path, trusted: bool, linear: bool, out: _Problems) 
         rule.fixes = _fixes(data, out)
         if rule.severity in ("blocker", "warning") and not rule.fixes and isinstance(data.get("fixes", []), list):
             out.add("fixes", "a blocker or warning needs at least one fix")
-    for key, message in name_problems(rule, groups):
+    for key, message in name_problems(rule, groups, checks):
         out.add(key, message)
     return rule
 
@@ -351,13 +357,11 @@ def _facts(data: dict, rule: Rule, groups: set[str], out: _Problems) -> None:
     rule.facts, rule.series = facts, series
 
 
-def _checks(data: dict, rule: Rule, out: _Problems) -> None:
-    from vllm_doctor.knowledge.checks import CHECKS
-
+def _checks(data: dict, rule: Rule, checks: Checks, out: _Problems) -> None:
     rule.checks = out.strings(data, "checks") or []
     for c in rule.checks:
-        if c not in CHECKS:
-            out.add("checks", f"{c!r} is not a named check ({', '.join(sorted(CHECKS))})")
+        if c not in checks:
+            out.add("checks", f"{c!r} is not a named check ({', '.join(sorted(checks))})")
     rule.when = out.need(data, "when", str, required=False)
     out.condition(rule.when, "when")
 

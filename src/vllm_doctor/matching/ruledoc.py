@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vllm_doctor.data import Rule
-from vllm_doctor.matching.contract import rule_groups
+from vllm_doctor.matching.contract import Checks, rule_groups
 from vllm_doctor.matching.loader import check_file, compile_regex, rule_files
 
 # the rule of the house for categories (README "Categories"), shown with every diagnosis rule
@@ -15,7 +15,7 @@ TAXONOMY = (
 )
 
 
-def document(rule: Rule) -> str:
+def document(rule: Rule, checks: Checks) -> str:
     out = [f"{rule.id}: {rule.title}", ""]
     if rule.kind != "fact":
         out.append(f"category {rule.category} · severity {rule.severity} · confidence {rule.confidence}")
@@ -47,7 +47,7 @@ def document(rule: Rule) -> str:
             out.append(f"  - fires when: {rule.when}")
         out.append("")
     if rule.kind == "diagnosis":
-        out += numbers(rule)
+        out += numbers(rule, checks)
     if rule.names:
         out += ["Numbers its check gives", "", "  " + ", ".join(rule.names), ""]
     if rule.fixes:
@@ -65,7 +65,7 @@ def document(rule: Rule) -> str:
     return "\n".join(out)
 
 
-def show(rules: list[Rule], name: str) -> str:
+def show(rules: list[Rule], name: str, checks: Checks) -> str:
     """`rules show NAME`: the rule's documentation, or the rules of the category NAME; for a name
     that is neither, a DoctorError that offers the close ids and categories."""
     import difflib
@@ -74,7 +74,7 @@ def show(rules: list[Rule], name: str) -> str:
 
     by_id = {r.id: r for r in rules}
     if name in by_id:
-        return document(by_id[name])
+        return document(by_id[name], checks)
     members = sorted((r for r in rules if r.category == name), key=lambda r: (-SEVERITY_ORDER[r.severity], r.id))
     if members:
         lines = [f"{name}: {len(members)} rule(s); `vllm-doctor rules show ID` documents one", ""]
@@ -89,17 +89,16 @@ def show(rules: list[Rule], name: str) -> str:
 SEVERITY_ORDER = {"blocker": 2, "warning": 1, "info": 0}
 
 
-def numbers(rule: Rule) -> list[str]:
+def numbers(rule: Rule, checks: Checks) -> list[str]:
     """The names the rule's summary, fixes and conditions can use (matching/contract.py)."""
     from vllm_doctor.facts import FACTS, STATS_PREFIX, stats_names
-    from vllm_doctor.knowledge.checks import CHECKS
 
     out = ["Numbers it can use", ""]
     groups = sorted(rule_groups(rule))
     if groups:
         out += _wrapped("  groups: ", [f"{g} (-> {rule.facts[g]})" if g in rule.facts else g for g in groups])
     for name in rule.checks:
-        c = CHECKS.get(name)
+        c = checks.get(name)
         if c is None:
             continue
         out += _wrapped(f"  {name} returns: ", sorted(c.returns))
@@ -184,7 +183,7 @@ def _matching_pattern(rule: Rule, text: str) -> int | None:
     return None
 
 
-def check_dir(directory: Path) -> tuple[list[str], int]:
+def check_dir(directory: Path, checks: Checks) -> tuple[list[str], int]:
     """Every problem in every rule file of a directory, and how many files were read."""
     if not directory.is_dir():
         return [f"{directory}: not a directory of rule files"], 0
@@ -192,7 +191,7 @@ def check_dir(directory: Path) -> tuple[list[str], int]:
     seen: dict[str, str] = {}
     files = rule_files(directory)
     for path in files:
-        rule, found = check_file(path)
+        rule, found = check_file(path, checks)
         problems += [str(e) for e in found]
         if rule is None:
             continue

@@ -9,8 +9,7 @@ renders from the numbers a check computes; its tables (capabilities, method list
 rules/tables/preflight.toml (tables.py).
 
 It may import data, errors, versions, capacity/ (the model's shape, the plan's budget, the
-arithmetic, the one NVML adapter), matching/'s loader and template language (to read and render its
-rule files), and huggingface_hub lazily; never read/, the rest of matching/, knowledge/, render/ or
-serve/ (cli and serve call it), and never vllm or torch: their installed package metadata and files
+arithmetic, the one NVML adapter), matching/'s template language and knowledge/rulebook (to read and render its rule files), and
+huggingface_hub lazily; never render/ or serve/ (cli and serve call it), and never vllm or torch: their installed package metadata and files
 are read as text.
 """

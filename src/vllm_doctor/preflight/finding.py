@@ -39,10 +39,10 @@ class Finding:
 
 @functools.cache
 def rules() -> dict[str, Rule]:
-    """The preflight rules by id (the built-in rules' cached load: matching/loader.py)."""
-    from vllm_doctor.matching.loader import load
+    """The preflight rules by id (the built-in rules' one load: knowledge/rulebook.py)."""
+    from vllm_doctor.knowledge.rulebook import builtin
 
-    return {r.id: r for r in load() if r.kind == "preflight"}
+    return {r.id: r for r in builtin() if r.kind == "preflight"}
 
 
 def found(rule_id: str, numbers: dict[str, Any] | None = None, **words: Any) -> Finding:

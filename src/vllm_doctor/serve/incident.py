@@ -44,14 +44,14 @@ def finish(w: Wrapper) -> None:
     report, diag_error = None, None
     try:
         from vllm_doctor.knowledge.checks import Options
-        from vllm_doctor.matching.loader import load
+        from vllm_doctor.knowledge.rulebook import LOG_KINDS, builtin
         from vllm_doctor.pipeline import explain
         from vllm_doctor.serve.capture import may_fail
 
         # the model's config.json from its directory or the HF cache (never the network: the
         # server has just died, the report should not wait), and the GPUs as they were at the exit
         options = Options(lookup_model=True, offline=True, gpu_snapshot=w.gpu_snapshot, this_host=True)
-        rules = load(kinds={"diagnosis", "fact"}) if opts.rules is None else opts.rules  # no preflight rule
+        rules = builtin(LOG_KINDS) if opts.rules is None else opts.rules
         clean = o.status == 0 and not o.signal and o.ready and not opts.always_report
         if clean and (w.capture_path is None or not may_fail(w.capture_path, rules)):
             w.discard_capture()  # no report to write: the explain of the capture could only say healthy

@@ -110,11 +110,11 @@ class Watcher(threading.Thread):
 
     def _run(self) -> None:
         from vllm_doctor.facts import Facts
+        from vllm_doctor.knowledge.rulebook import LOG_KINDS, builtin
         from vllm_doctor.matching.engine import Engine
-        from vllm_doctor.matching.loader import load
         from vllm_doctor.read.logread import ChunkLines
 
-        rules = load(kinds={"diagnosis", "fact"}) if self.rules is None else self.rules  # no preflight rule
+        rules = builtin(LOG_KINDS) if self.rules is None else self.rules
         engine = Engine(rules)
         reader = ChunkLines(engine.prefilter)
         facts = Facts()
