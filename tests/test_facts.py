@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_doctor.facts import Facts, parse_args
+from vllm_doctor.facts import Facts
+from vllm_doctor.serveargs import parse_args
 
 
 @pytest.mark.parametrize(
@@ -77,7 +78,7 @@ def test_a_stats_line_with_garbage_numbers_is_read_without_crashing(run, tmp_pat
 
 
 def test_environment_style_arguments_are_read():
-    from vllm_doctor.facts import parse_args
+    from vllm_doctor.serveargs import parse_args
 
     assert parse_args("TENSOR_PARALLEL_SIZE=4")[0] == {"tensor_parallel_size": 4}
     assert parse_args("VLLM_MAX_MODEL_LEN='8192'")[0] == {"max_model_len": 8192}

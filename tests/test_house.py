@@ -60,3 +60,11 @@ def test_every_stage_folder_says_what_it_owns_and_may_import():
     for init in PACKAGE.glob("*/__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
         assert "import" in doc and len(doc) > 200, f"{init.relative_to(ROOT)}: say what it owns and may import"
+
+
+MAX_TOP_MODULES = 8
+
+
+def test_few_modules_sit_at_the_top_of_the_package():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, f"{len(top)} modules at the top of the package, a stage's belong in it: {top}"

@@ -1,9 +1,9 @@
-"""The stats samples kept for the pictures (knowledge/series.py): bounded, real samples only, the
+"""The stats samples kept for the pictures (facts.py: point, keep_point): bounded, real samples only, the
 peak and the latest kept however long the log."""
 
 from __future__ import annotations
 
-from vllm_doctor import series
+from vllm_doctor import facts as series
 from vllm_doctor.facts import StatsSeries
 
 LINE = "(APIServer pid=1) INFO 11-30 01:58:49 [loggers.py:335] Engine 000: Running: 7 reqs, Waiting: 9 reqs"
@@ -22,7 +22,7 @@ def test_a_week_of_samples_stays_bounded_and_keeps_the_peak_and_the_last():
         waiting = 500 if i == 4321 else i % 7
         stats.add({"running": 1, "waiting": waiting, "kv_usage_pct": 50.0}, i + 1, 0, "")
     pts = stats.points
-    assert len(pts) <= series.KEPT + 1
+    assert len(pts) <= series.POINTS_KEPT + 1
     assert max(p["waiting"] for p in pts) == 500 == stats.waiting_max
     assert pts[-1]["line"] == 10_000
     assert [p["line"] for p in pts] == sorted(p["line"] for p in pts)  # still in order
@@ -37,7 +37,7 @@ def test_a_preemption_warning_is_no_sample():
 def test_a_point_takes_vllms_own_time_as_the_lifetimes_do():
     """A collector's timestamp heads the line; vLLM's own time after the level is the one drawn,
     the same the restart timeline dates the start by."""
-    from vllm_doctor.series import line_time, point
+    from vllm_doctor.facts import line_time, point
 
     text = "2026-11-30T01:59:10.123456789Z INFO 11-30 01:58:49 [loggers.py:123] Engine 000: Running: 2 reqs"
     assert point({"running": 2}, 7, 0, text)["time"] == "11-30 01:58:49" == line_time(text)[0]

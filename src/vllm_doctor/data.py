@@ -173,7 +173,7 @@ class Report:
     empty: bool = False  # the input held no bytes at all
     all_lifetimes: bool = False  # --lifetime all: the renderers show every earlier start's diagnoses too
     corrected: Corrected | None = None  # the serve line with the top fix applied; None: the log has no command
-    series: list[dict[str, Any]] = field(default_factory=list)  # stats samples to draw (knowledge/series.py)
+    series: list[dict[str, Any]] = field(default_factory=list)  # stats samples to draw (facts.py: keep_point)
 
 
 @dataclass

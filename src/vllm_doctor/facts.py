@@ -1,19 +1,18 @@
 """What the log says about the server: version, arguments, memory, KV capacity, the stats series.
 
 Fact rules in rules/facts/ name the facts their groups fill; this module knows the names, their
-types, how to read vLLM's argument dumps, and keeps the stats series as running aggregates so
-memory stays flat over a week of stats lines.
+types, and keeps the stats series as running aggregates so memory stays flat over a week of stats
+lines, with a bounded set of its samples for the pictures. The argument dumps are read by
+serveargs.parse_args.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from vllm_doctor import series
 from vllm_doctor.data import Line
 
 KV_NEAR_FULL_PCT = 80.0  # KV usage at or above this, with requests waiting, is a full cache
@@ -116,50 +115,8 @@ SERIES_FIELDS: dict[str, dict[str, type]] = {
 }
 TRACEBACK_KEPT = 600  # records kept per lifetime (the latest): a startup's tracebacks fit many times over
 
+ARGS = "args"  # a fact rule group holding a whole argument dump, parsed by serveargs.parse_args()
 ARG_DUMPS_KEPT, ARG_DUMP_CHARS = 64, 16384  # argument dumps kept per lifetime (the latest), and their length
-ARGS = "args"  # a fact rule group holding a whole argument dump, parsed by parse_args()
-
-# argument names in the dumps -> fact names
-_ARG_FACTS = {
-    "model": "model",
-    "model_tag": "model",
-    "model_name": "model",  # launchers' MODEL_NAME=
-    "max_model_len": "max_model_len",
-    "max_seq_len": "max_model_len",
-    "tensor_parallel_size": "tensor_parallel_size",
-    "pipeline_parallel_size": "pipeline_parallel_size",
-    "data_parallel_size": "data_parallel_size",
-    "gpu_memory_utilization": "gpu_memory_utilization",
-    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
-    "kv_cache_memory": "kv_cache_memory_bytes",
-    "cpu_kvcache_space": "cpu_kvcache_space",  # VLLM_CPU_KVCACHE_SPACE=
-    "block_size": "kv_cache.block_size",
-    "max_num_seqs": "max_num_seqs",
-    "max_num_batched_tokens": "max_num_batched_tokens",
-    "dtype": "dtype",
-    "kv_cache_dtype": "kv_cache_dtype",
-    "quantization": "quantization",
-    "enable_lora": "enable_lora",
-    "enable_prefix_caching": "enable_prefix_caching",
-    "enable_chunked_prefill": "enable_chunked_prefill",
-    "long_prefill_token_threshold": "long_prefill_token_threshold",
-    "enforce_eager": "enforce_eager",
-    "scheduling_policy": "scheduling_policy",
-    "trust_remote_code": "trust_remote_code",
-    "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
-    "device_config": "device",
-    "tp": "tensor_parallel_size",  # -tp / -pp / -dp short flags of `vllm serve`
-    "pp": "pipeline_parallel_size",
-    "dp": "data_parallel_size",
-}
-# defaults vLLM applies when `non-default args` leaves an argument out
-_ARG_DEFAULTS = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1}
-
-# a key starts where a word starts: a search restarting inside a 16 KiB run of word characters
-# would try every suffix of it (quadratic); a match can only begin at the start anyway
-_KV_PAIR = re.compile(r"""['"]?(?<!\w)(\w+)['"]?\s*[:=]\s*('[^']*'|"[^"]*"|[^,(){}\[\]]+)""")
-# a command line: --tensor-parallel-size 2, --max-model-len=4096, -tp 2, --enforce-eager
-_FLAG = re.compile(r"""(?:^|\s)--?([a-z][\w-]*)(?:[= ]+(?!-)("[^"]*"|'[^']*'|[^\s\\]+))?""")
 
 
 def convert(kind: type, value: Any) -> Any:
@@ -199,38 +156,49 @@ def number(text: str) -> int | float | str:
     return value if value - value == 0 else text.strip()  # 1e999, nan and 5000-digit runs stay text
 
 
-def parse_args(blob: str) -> tuple[dict[str, Any], bool]:
-    """Known arguments from `non-default args: {...}`, `Namespace(...)` or an engine-config line.
+# The stats series as points a picture can draw: each kept point is one stats sample as vLLM
+# printed it (its line, its time, running, waiting, KV usage, preemptions), never an average.
+# Bounded however long the log is: past POINTS_KEPT points, neighbours are paired and the busier of each
+# pair stays (the one with more waiting, then more KV usage), so a queue's peak survives thinning;
+# the latest sample always stays, since the failure is at the end.
+POINTS_KEPT = 240
+POINT_FIELDS = ("running", "waiting", "kv_usage_pct", "preemptions")
+# a line's time: vLLM's own, after the level ("INFO 11-30 01:58:49"), preferred to a collector's
+# timestamp at the head of the line; knowledge/lifetimes.py dates lifetimes by the same rule
+TIME = re.compile(r"(?<!\d)(?:\d{4}-)?(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?!\d)")
+_VLLM_TIME = re.compile(
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mo>\d\d)-(?P<d>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)"
+)
 
-    The flag is True for a whole `non-default args` dict: an argument it leaves out is at its
-    default. A dump cut short (or any other form) proves nothing about absent arguments.
-    """
-    raw: dict[str, Any] = {}
-    complete = False
-    text = blob.strip()
-    if text.startswith("{"):
-        try:
-            parsed = ast.literal_eval(text)  # a dict repr; literal_eval never runs code
-            if isinstance(parsed, dict):
-                raw = {str(k): v for k, v in parsed.items()}
-                complete = True
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            raw = {}
-    if not raw and text.startswith("-"):
-        for m in _FLAG.finditer(text):
-            raw.setdefault(m.group(1).replace("-", "_"), m.group(2) if m.group(2) is not None else "true")
-    if not raw:
-        for m in _KV_PAIR.finditer(text):
-            raw.setdefault(m.group(1), m.group(2))
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        name = _ARG_FACTS.get(key) or _ARG_FACTS.get(key.lower().removeprefix("vllm_"))  # TENSOR_PARALLEL_SIZE=4
-        if name is None:
-            continue
-        converted = convert(FACTS[name], value)
-        if converted is not None:
-            out.setdefault(name, converted)
-    return out, complete
+
+def line_time(raw: str) -> tuple[str | None, bool]:
+    """("11-30 01:58:49" or None, whether it is vLLM's own time rather than a collector's)."""
+    t = _VLLM_TIME.search(raw, 0, 240)
+    own = t is not None
+    t = t or TIME.search(raw, 0, 200)
+    return (f"{t['mo']}-{t['d']} {t['h']}:{t['m']}:{t['s']}" if t else None), own
+
+
+def point(sample: dict[str, Any], line: int, source: int, text: str) -> dict[str, Any]:
+    """One stats sample as a point: its line, its time ("11-30 01:58:49", None without one), the
+    fields drawn."""
+    out: dict[str, Any] = {"line": line, "source": source, "time": line_time(text)[0]}
+    out.update({k: sample.get(k) for k in POINT_FIELDS})
+    return out
+
+
+def keep_point(points: list[dict[str, Any]], new: dict[str, Any]) -> None:
+    """Append `new`; past POINTS_KEPT, halve the list pair by pair (the last point is never paired away)."""
+    points.append(new)
+    if len(points) <= POINTS_KEPT:
+        return
+    last = points.pop()
+    thinned = [max(points[i : i + 2], key=_busy) for i in range(0, len(points), 2)]
+    points[:] = [*thinned, last]
+
+
+def _busy(p: dict[str, Any]) -> tuple[float, float]:
+    return (p.get("waiting") or 0, p.get("kv_usage_pct") or 0.0)
 
 
 @dataclass
@@ -259,7 +227,7 @@ class StatsSeries:
     evidence: list[tuple[int, int, str]] = field(default_factory=list)  # (line, source, text)
     first_line: int | None = None
     last: tuple[int, int, dict] | None = None  # the latest sample: (line, source, fields), what it did last
-    points: list[dict] = field(default_factory=list)  # the samples to draw, bounded (knowledge/series.py)
+    points: list[dict] = field(default_factory=list)  # the samples to draw, bounded (keep_point)
 
     def add(self, sample: dict[str, Any], line: int, source: int, text: str) -> None:
         if sample.get("preempted") is not None:  # a preemption warning, not a stats sample
@@ -272,7 +240,7 @@ class StatsSeries:
             return
         self.samples += 1
         self.last = (line, source, sample)
-        series.keep(self.points, series.point(sample, line, source, text))
+        keep_point(self.points, point(sample, line, source, text))
         running = sample.get("running")
         waiting = sample.get("waiting")
         kv = sample.get("kv_usage_pct")
@@ -402,12 +370,14 @@ class Facts:
 
     def set_args(self, blob: str, line: int) -> None:
         """Facts from an argument dump, and the defaults a complete dump implies."""
+        from vllm_doctor.serveargs import ARG_DEFAULTS, parse_args
+
         parsed, complete = parse_args(blob)
         self.arg_dumps.append((line, blob[:ARG_DUMP_CHARS]))
         for name, value in parsed.items():
             self.set(name, value, line)
         if complete:
-            for name, value in _ARG_DEFAULTS.items():
+            for name, value in ARG_DEFAULTS.items():
                 if name not in parsed:
                     self.set_default(name, value, line)
 

@@ -10,13 +10,13 @@ import tracemalloc
 
 import shapes
 
+from vllm_doctor.facts import POINTS_KEPT as KEPT
 from vllm_doctor.facts import Facts, StatsSeries
 from vllm_doctor.knowledge.checks import CHECKS
 from vllm_doctor.matching import engine as engine_mod
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.pipeline import explain
 from vllm_doctor.read import logread
-from vllm_doctor.series import KEPT
 
 
 def _explain(tmp_path, data: bytes):
@@ -54,7 +54,7 @@ def test_the_stats_series_holds_the_same_whatever_the_count():
             {"running": i % 7, "waiting": 1 + i % 3, "kv_usage_pct": 90.0 + i % 5, "gen_tps": 1.0}, i, 0, "x" * 400
         )
     assert series.samples == 200_000 and len(series.evidence) <= 40
-    # the pictures' samples (knowledge/series.py) have their own bound
+    # the pictures' samples (facts.py: keep_point) have their own bound
     bound = {"points": KEPT + 1}
     assert all(not isinstance(v, list | dict | set) or len(v) <= bound.get(k, 40) for k, v in vars(series).items())
     assert series.waiting_max == 3 and series.full_run_max == 200_000

@@ -35,13 +35,10 @@ def arguments(facts: Facts) -> tuple[str | None, list[tuple[str, str | None]]] |
 
 
 def _from_dict(blob: str) -> tuple[str | None, list[tuple[str, str | None]]] | None:
-    import ast
+    from vllm_doctor.serveargs import dump_dict
 
-    try:
-        parsed = ast.literal_eval(blob.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
-    if not isinstance(parsed, dict):
+    parsed = dump_dict(blob)
+    if parsed is None:
         return None
     model = next((str(parsed[k]) for k in _POSITIONAL if parsed.get(k)), None)
     items: list[tuple[str, str | None]] = []

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_doctor.data import Line, Match, Rule
-from vllm_doctor.facts import Facts
-from vllm_doctor.series import TIME, line_time
+from vllm_doctor.facts import TIME, Facts, line_time
 
 START = "server_start"
 READY = "ready"

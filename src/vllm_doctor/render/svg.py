@@ -161,7 +161,7 @@ def _xs(pts: list[dict]) -> list[float]:
 
 
 def _seconds(time: str | None) -> int | None:
-    """A sample's time ("11-30 01:58:49", knowledge/series.py's form) in seconds, months of 31 days."""
+    """A sample's time ("11-30 01:58:49", facts.line_time's form) in seconds, months of 31 days."""
     try:
         mo, d, h, m, s = int(time[0:2]), int(time[3:5]), int(time[6:8]), int(time[9:11]), int(time[12:14])  # type: ignore[index]
     except (TypeError, ValueError):
