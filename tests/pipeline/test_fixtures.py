@@ -1,6 +1,7 @@
 """One test per fixture in fixtures/logs/<category>/: the log and, beside it, what it must give.
 
-Adding a case is adding two files: `<name>.log` (or .log.gz, .json, .txt) and `<name>.expect.toml`:
+Adding a case is adding two files, `<name>.log` (or .log.gz, .json, .txt) and `<name>.expect.toml`,
+and writing its snapshot of every diagnosis (test_snapshots.py says how):
 
     category = "cache-oom"          # the top blocker/warning's category, or "healthy"
     rule = "kv-cache-too-small-for-max-len"   # optional: the top diagnosis's rule
