@@ -195,6 +195,17 @@ def _model_shape(facts: Facts, options: Options) -> tuple[Any, str | None]:
     return shape, note
 
 
+def unread(paths: list[str], options: Options) -> Report:
+    """The one empty Report: an input not diagnosed at all (serve's output when its diagnosis
+    failed), every key of report/1 there, null or empty, and no rule run."""
+    facts = Facts()
+    report_facts = facts.to_json()
+    report_facts["concurrency"] = dict.fromkeys(CONCURRENCY_KEYS)
+    report_facts.update(model_facts(facts, options, None))
+    report_facts["gpu"] = _gpu_json(options)
+    return Report(paths=paths, lines=0, status="unknown", diagnoses=[], facts=report_facts)
+
+
 def model_facts(facts: Facts, options: Options, model_note: str | None) -> dict:
     """facts.model_shape and facts.capacity of the report (facts.gpu is build's, _gpu_json).
 

@@ -423,6 +423,23 @@ def test_crash_in_the_diagnosis_still_writes_the_log(tmp_path, fake_bin, monkeyp
     assert o.status == 1
     assert {p.name for p in o.report_dir.iterdir()} == REPORT_FILES - {"report.html"}  # no report to draw
     assert b"could not diagnose (RuntimeError: bug in explain)" in err
+    data = conforms((o.report_dir / "report.json").read_text(), "serve-report-1")  # the one empty report
+    assert data["status"] == "unknown" and data["diagnoses"] == [] and data["facts"]["gpu"]["available"] is False
+
+
+def test_the_incident_report_is_handed_a_record_it_cannot_change():
+    import dataclasses
+
+    wrapper = serve_mod.Wrapper(options_mod.ServeOptions(["m"]))
+    wrapper.argv, wrapper.env = ["vllm", "serve", "m"], {"VLLM_X": "1"}
+    run = wrapper.record()
+    wrapper.argv.append("--later")
+    wrapper.env["VLLM_X"] = "2"
+    assert run.argv == ("vllm", "serve", "m") and run.env["VLLM_X"] == "1"  # a copy, taken once
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.argv = ()  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        run.env["VLLM_X"] = "3"  # type: ignore[index]
 
 
 # --------------------------------------------------------------------------------------------

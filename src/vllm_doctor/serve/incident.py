@@ -9,12 +9,9 @@ import shutil
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
-from vllm_doctor.serve.options import ServeOptions
-
-if TYPE_CHECKING:
-    from vllm_doctor.serve.wrapper import Wrapper
+from vllm_doctor.serve.options import Run, ServeOptions
 
 ENV_PREFIXES = (
     "VLLM_",
@@ -39,7 +36,7 @@ def say(opts: ServeOptions, line: str) -> None:
         pass
 
 
-def finish(w: Wrapper) -> None:
+def finish(w: Run) -> None:
     opts, o = w.opts, w.outcome
     report, diag_error = None, None
     try:
@@ -132,7 +129,7 @@ class ReportFiles:
         os.close(self._fd)
 
 
-def write_report(w: Wrapper, report, diag_error: str | None) -> tuple[Path | None, list[str]]:
+def write_report(w: Run, report, diag_error: str | None) -> tuple[Path | None, list[str]]:
     """server.log first (the one thing that must exist), then env.txt, report.json, report.md.
     Returns the directory and the files that could not be written."""
     from vllm_doctor.render.redact import Redactor, flag_values, secret_values
@@ -182,10 +179,10 @@ def write_report(w: Wrapper, report, diag_error: str | None) -> tuple[Path | Non
     return d, missing
 
 
-def serve_section(w: Wrapper, diag_error: str | None) -> dict[str, Any]:
+def serve_section(w: Run, diag_error: str | None) -> dict[str, Any]:
     o = w.outcome
     return {
-        "command": w.argv,
+        "command": list(w.argv),
         "exit_status": o.status,
         "returncode": o.returncode,
         "signal": o.signal,
@@ -205,7 +202,7 @@ def serve_section(w: Wrapper, diag_error: str | None) -> dict[str, Any]:
     }
 
 
-def json_text(w: Wrapper, report, diag_error: str | None, red) -> str:
+def json_text(w: Run, report, diag_error: str | None, red) -> str:
     import json
 
     from vllm_doctor.render.json import SCHEMA, to_dict
@@ -213,7 +210,7 @@ def json_text(w: Wrapper, report, diag_error: str | None, red) -> str:
     data = to_dict(report) if report is not None else _undiagnosed(SCHEMA)
     data["serve"] = serve_section(w, diag_error)
     if red is not None:
-        data["serve"]["command"] = red.argv(w.argv)
+        data["serve"]["command"] = red.argv(list(w.argv))
         data = red.obj(data)
     return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
 
@@ -222,13 +219,11 @@ def _undiagnosed(schema: str) -> dict[str, Any]:
     """report/1 of an output the diagnosis failed on: every key, null or empty (lines: not read)."""
     try:
         from vllm_doctor.capacity.gpu import skipped
-        from vllm_doctor.facts import Facts
         from vllm_doctor.knowledge.checks import Options
-        from vllm_doctor.pipeline import build
+        from vllm_doctor.pipeline import unread
         from vllm_doctor.render.json import to_dict
 
-        options = Options(gpu_snapshot=skipped("the diagnosis failed"))
-        report = build([], Facts(), {}, options, paths=["server.log"], lines=0, warnings=[], recognised=False)
+        report = unread(["server.log"], Options(gpu_snapshot=skipped("the diagnosis failed")))
         data = to_dict(report)
         data["input"]["lines"] = None
         return data
@@ -238,7 +233,7 @@ def _undiagnosed(schema: str) -> dict[str, Any]:
                 "lifetime": None, "lifetimes": []}  # fmt: skip
 
 
-def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
+def markdown_text(w: Run, report, diag_error: str | None) -> str:
     from vllm_doctor.render.markdown import render as to_markdown
 
     o = w.outcome
@@ -280,7 +275,7 @@ def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
     return "\n".join(out)
 
 
-def env_text(w: Wrapper, version: str | None) -> str:
+def env_text(w: Run, version: str | None) -> str:
     import platform
 
     from vllm_doctor import __version__

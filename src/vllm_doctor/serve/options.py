@@ -1,8 +1,10 @@
-"""What `vllm-doctor serve` is told (ServeOptions) and what it found out (Outcome)."""
+"""What `vllm-doctor serve` is told (ServeOptions), what it found out (Outcome), and the record of one
+run the incident report is handed (Run)."""
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,22 @@ class Outcome:
 def exit_status(returncode: int) -> int:
     """As a shell reports it: 128 + N for a death by signal N."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run as the incident report is handed it, once the child is reaped: what ran, in which
+    environment, where its output was captured, the GPUs at the exit. The record does not change;
+    the Outcome in it is what the report completes (its reasons, its directory)."""
+
+    opts: ServeOptions
+    outcome: Outcome
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # read-only (the wrapper's copy)
+    capture_path: Path | None
+    gpu: dict[str, Any] | None  # the snapshot at the exit as report/1 has it; None: not taken
+    gpu_snapshot: Any  # capacity.gpu.GpuSnapshot, handed to the diagnosis
+    discard_capture: Callable[[], None]  # close the capture, delete it when temporary
 
 
 def signal_name(num: int) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from vllm_doctor.serve import process
 from vllm_doctor.serve.capture import Capture
 from vllm_doctor.serve.markers import Markers
-from vllm_doctor.serve.options import TAG, Outcome, ServeOptions, exit_status, signal_name
+from vllm_doctor.serve.options import TAG, Outcome, Run, ServeOptions, exit_status, signal_name
 from vllm_doctor.serve.passthrough import Output, Pump, plain_copy
 from vllm_doctor.serve.signals import Forwarder
 from vllm_doctor.serve.watch import Watcher
@@ -103,6 +103,13 @@ class Wrapper:
     def discard_capture(self) -> None:
         """Close the capture and delete it when it is a temporary file."""
         self.capture.discard()
+
+    def record(self) -> Run:
+        """The run as the incident report reads it (after close())."""
+        from types import MappingProxyType
+
+        return Run(self.opts, self.outcome, tuple(self.argv), MappingProxyType(dict(self.env)), self.capture_path,
+                   self.gpu, self.gpu_snapshot, self.discard_capture)  # fmt: skip
 
     def pump(self) -> None:
         """Pass the output through until vLLM's main process has exited and its pipes are closed
@@ -242,7 +249,7 @@ def run(opts: ServeOptions) -> Outcome:
     if w.watcher is not None and w.watcher.failed:
         o.internal_errors.append(f"watch: {w.watcher.failed}")
     try:
-        finish(w)
+        finish(w.record())
     except Exception as e:  # the report is a bonus; the status is the child's regardless
         o.internal_errors.append(f"report: {type(e).__name__}: {e}")
         say(opts, f"vllm-doctor: could not finish the report ({type(e).__name__}: {e}); raw output in {w.capture_path}")
