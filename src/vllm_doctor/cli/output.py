@@ -14,16 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_doctor.errors import DoctorError
-
-FORMAT_NAMES = {"text": "text", "txt": "text", "markdown": "markdown", "md": "markdown", "json": "json", "html": "html"}
-SUFFIXES = {
-    ".json": "json",
-    ".md": "markdown",
-    ".markdown": "markdown",
-    ".txt": "text",
-    ".html": "html",
-    ".htm": "html",
-}
+from vllm_doctor.render import FORMAT_NAMES, SUFFIXES  # the format table: render/__init__.py
 
 
 def resolve(fmt: str | None, output: str | None, default: str = "text") -> tuple[str, Path | None]:

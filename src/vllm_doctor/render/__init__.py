@@ -66,10 +66,19 @@ def _html(doc: Report | Plan, redact: bool = True, **_: Any) -> str:
 # Each takes (doc, redact) and the options of its own format by keyword: text's verbosity
 # (-1 -q, 0, 1 -v), markdown's flavor ("plain" renders in GitHub, GitLab and Jira; "github"
 # folds the evidence in <details>); a format ignores the others'.
-RENDERERS: dict[str, Callable[..., str]] = {
-    "text": _text, "markdown": _markdown, "json": _json, "html": _html,
-}  # fmt: skip
+# A new format is one entry here: its renderer, the other names `-o` takes for it, and the file
+# suffixes that choose it; RENDERERS, FORMATS, FORMAT_NAMES and SUFFIXES follow from it, and a
+# test holds the --format choices (cli/options.py's Format) to FORMATS.
+FORMAT_TABLE: dict[str, tuple[Callable[..., str], tuple[str, ...], tuple[str, ...]]] = {
+    "text": (_text, ("txt",), (".txt",)),
+    "markdown": (_markdown, ("md",), (".md", ".markdown")),
+    "json": (_json, (), (".json",)),
+    "html": (_html, (), (".html", ".htm")),
+}
+RENDERERS: dict[str, Callable[..., str]] = {name: entry[0] for name, entry in FORMAT_TABLE.items()}
 FORMATS = tuple(RENDERERS)
+FORMAT_NAMES = {alias: name for name, (_, aliases, _s) in FORMAT_TABLE.items() for alias in (name, *aliases)}
+SUFFIXES = {suffix: name for name, (_, _a, suffixes) in FORMAT_TABLE.items() for suffix in suffixes}
 
 
 def render(doc: Report | Plan, fmt: str, redact: bool = True, verbosity: int = 0, flavor: str = "plain") -> str:
