@@ -24,6 +24,20 @@ SWITCHES = {
     "enable_prompt_tokens_details", "enable_server_load_tracking", "enable_force_include_usage", "ssl_cert_reqs_none",
 }  # fmt: skip
 MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+# the environment a vLLM server's start reads: what check keeps of it and serve's env.txt lists
+ENV_PREFIXES = (
+    "VLLM_",
+    "CUDA_",
+    "NCCL_",
+    "HF_",
+    "HUGGING_FACE_",
+    "TORCH_",
+    "PYTORCH_",
+    "TRANSFORMERS_",
+    "OMP_",
+    "NVIDIA_",
+)
+ENV_NAMES = ("OPENAI_API_KEY", "LD_PRELOAD", "PYTHONUNBUFFERED")
 
 
 def items(words: list[str]) -> tuple[str | None, list[tuple[str, str | None]]]:

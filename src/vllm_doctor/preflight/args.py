@@ -16,7 +16,6 @@ from vllm_doctor.capacity.colocated import DEFAULT_UTILIZATION
 from vllm_doctor.errors import DoctorError
 
 # the variables that change a start, kept with the command in the report
-ENV_PREFIXES = ("VLLM_", "HF_", "HUGGING_FACE_", "CUDA_VISIBLE_DEVICES", "TRANSFORMERS_", "NCCL_")
 TRUE = ("1", "true", "yes", "on")
 
 
@@ -98,7 +97,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> ServeArgs:
             flags[name] = "true"
     model = flags.pop("model", None) or model
     source = os.environ if env is None else env
-    kept = {k: v for k, v in source.items() if k.startswith(ENV_PREFIXES)}
+    kept = {k: v for k, v in source.items() if k.startswith(serveargs.ENV_PREFIXES)}
     return ServeArgs(argv, model, flags, kept)
 
 

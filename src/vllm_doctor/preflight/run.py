@@ -13,9 +13,8 @@ from vllm_doctor.preflight.args import ServeArgs
 from vllm_doctor.preflight.checks import BY_NAME, CHECKS
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, rules
+from vllm_doctor.render.redact import MASK, is_secret_name
 
-SECRET_NAMES = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-MASK = "[REDACTED]"
 RANK = {"blocker": 0, "warning": 1, "info": 2}
 DECIDING = "fit"  # without it, a start with no blocker is unknown, not ready
 
@@ -88,7 +87,7 @@ def _diagnosis(f: Finding) -> Diagnosis:
 def report(args: ServeArgs, outcome: Outcome, ctx: Context | None = None) -> Report:
     pre: dict[str, Any] = {
         "command": args.command,
-        "env": {k: MASK if any(s in k for s in SECRET_NAMES) else v for k, v in args.env.items()},
+        "env": {k: MASK if is_secret_name(k) else v for k, v in args.env.items()},
         "headline": headline(outcome),
         "input": f"preflight of {args.command}" + (f" · backend {ctx.backend}" if ctx and ctx.backend else ""),
         "ran": outcome.ran,

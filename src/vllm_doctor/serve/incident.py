@@ -12,20 +12,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from vllm_doctor.serve.options import Run, ServeOptions
+from vllm_doctor.serveargs import ENV_NAMES, ENV_PREFIXES
 
-ENV_PREFIXES = (
-    "VLLM_",
-    "CUDA_",
-    "NCCL_",
-    "HF_",
-    "HUGGING_FACE_",
-    "TORCH_",
-    "PYTORCH_",
-    "TRANSFORMERS_",
-    "OMP_",
-    "NVIDIA_",
-)
-ENV_NAMES = ("OPENAI_API_KEY", "LD_PRELOAD", "PYTHONUNBUFFERED")
 REPORTS_ROOT = Path("vllm-doctor-reports")
 
 
