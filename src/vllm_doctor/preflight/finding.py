@@ -48,6 +48,7 @@ def rules() -> dict[str, Rule]:
 def found(rule_id: str, numbers: dict[str, Any] | None = None, **words: Any) -> Finding:
     """The finding of rule `rule_id`, rendered from `numbers` (reported) and `words` (texts and
     values only the templates use). A summary that cannot be rendered is a bug of the check."""
+    from vllm_doctor.knowledge.diagnose import render_fix  # a diagnosis's fixes, rendered the one way
     from vllm_doctor.matching import expr
 
     rule = rules()[rule_id]
@@ -59,10 +60,9 @@ def found(rule_id: str, numbers: dict[str, Any] | None = None, **words: Any) -> 
     for fix in rule.fixes:
         if fix.when and not expr.Condition(fix.when)(values):
             continue
-        for action, why, value in fix.variants():
-            texts = [expr.render(t, values) for t in (action, why, value or "")]
-            if None not in texts:
-                fixes.append(Fix(texts[0] or "", texts[1] or "", fix.flag, texts[2] or None))
-                break
+        rendered = render_fix(fix, values)
+        if rendered is not None:
+            (action, why, value), _ = rendered
+            fixes.append(Fix(action, why, fix.flag, value or None))
     return Finding(rule.category or "", rule.severity, rule.title, summary, dict(numbers or {}), fixes,
                    rule.confidence, priority=rule.priority, rule=rule_id)  # fmt: skip
