@@ -159,3 +159,33 @@ def test_explain_prometheus_from_the_command_line(prometheus):
     assert r.exit_code == 0 and '"replica-imbalance"' in r.output, r.output[-2000:]
     r = CliRunner().invoke(app, ["explain", "--prometheus", url, "--since", "10m", "--selector", '{job="nothing"}'])
     assert r.exit_code == 2 and "no vllm:* series" in r.output
+
+
+def test_the_api_answer_is_read_as_the_scrape_it_came_from():
+    """prom.replicas reads Prometheus' JSON samples directly (no exposition text written back):
+    the same numbers as read/metrics.py's parse of the scrape Prometheus stored them from."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from vllm_doctor.read import metrics
+
+    text = SATURATED[5].decode()
+    series = [
+        {
+            "metric": {"__name__": s.name, "instance": "a:8000", "job": "vllm", **s.labels},
+            "values": [[100.0, str(s.value)]],
+        }
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("vllm:")
+    ]
+    [(key, [got])] = prom.replicas(series).items()
+    want = metrics.parse(text, key, at=100.0)
+    assert key == "instance=a:8000" and got.waiting == want.waiting and got.running == want.running
+    assert (got.kv_usage, got.hists.keys(), got.counters, got.cache_config) == (
+        want.kv_usage,
+        want.hists.keys(),
+        want.counters,
+        {**want.cache_config, "instance": "a:8000"},
+    )
+    with pytest.raises(prom.PromError, match="no number"):
+        prom.replicas([{"metric": {"__name__": "vllm:num_requests_waiting"}, "values": [[1, "lots"]]}])

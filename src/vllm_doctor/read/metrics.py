@@ -109,6 +109,16 @@ def parse_chunks(chunks: Iterable[str | bytes], source: str = "", at: float | No
     return p.finish()
 
 
+def from_samples(
+    samples: Iterable[tuple[str, dict[str, str], float]], source: str = "", at: float | None = None
+) -> Scrape:
+    """The same, from samples read already: (name, labels, value), as Prometheus' query API gives them."""
+    p = _Parser(Scrape(source=source, at=time.monotonic() if at is None else at))
+    for name, labels, value in samples:
+        p.add(name, labels, value)
+    return p.finish()
+
+
 class _Parser:
     def __init__(self, scrape: Scrape):
         self.s = scrape
@@ -145,6 +155,19 @@ class _Parser:
         self.batch.append(line.decode("utf-8", "replace"))
         if len(self.batch) >= 4096:
             self._parse()
+
+    def add(self, name: str, labels: dict[str, str], value: float) -> None:
+        """One sample read already, counted and bounded as its line of an exposition would be."""
+        s = self.s
+        s.lines += 1
+        if name.startswith("vllm:"):
+            s.vllm_series += 1
+        if name in WANTED:
+            self.wanted += 1
+            if self.wanted > MAX_SAMPLES:
+                s.skipped += 1
+                return
+            self._sample(name, labels, value)
 
     def finish(self) -> Scrape:
         if self.partial:

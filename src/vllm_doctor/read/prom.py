@@ -3,9 +3,9 @@ documented HTTP API (GET /api/v1/query_range), as one scrape series per replica.
 
 One range query fetches every series this tool reads (`{__name__=~"vllm:(...)"}` and the
 operator's label matchers); each step of the answer, per replica (its `instance`, `pod` and
-`model_name` labels), is written back as the exposition a scrape at that time would have given
-and parsed by read/metrics.py: the same numbers, the same window maths (read/window.py), the
-same rules. A `--selector` is parsed as a label matcher set and written again with every value
+`model_name` labels), is read as the scrape at that time would have been (read/metrics.py's
+from_samples, straight from the JSON): the same numbers, the same window maths (read/window.py),
+the same rules. A `--selector` is parsed as a label matcher set and written again with every value
 quoted; user text never reaches PromQL unparsed.
 """
 
@@ -149,10 +149,6 @@ def _error_of(body: bytes) -> str:
     return str(doc.get("error", ""))[:200] if isinstance(doc, dict) else ""
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 def _replica_key(labels: dict[str, str]) -> str:
     """A replica by its instance and pod; by model_name where neither is there (a series such as
     cache_config_info carries no model_name, so the model cannot split an instance)."""
@@ -162,18 +158,26 @@ def _replica_key(labels: dict[str, str]) -> str:
 
 def replicas(result: list[dict[str, Any]]) -> dict[str, list[metrics.Scrape]]:
     """Each replica's samples, step by step, as the scrapes that would have given them."""
-    lines: dict[str, dict[float, list[str]]] = defaultdict(lambda: defaultdict(list))
+    samples: dict[str, dict[float, list[tuple[str, dict[str, str], float]]]] = defaultdict(lambda: defaultdict(list))
     for series in result:
         labels = dict(series.get("metric") or {})
-        name = labels.pop("__name__", "")
+        name = str(labels.pop("__name__", ""))
         key = _replica_key(labels)
-        text = ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(labels.items()) if k not in ("job",))
+        kept = {str(k): str(v) for k, v in sorted(labels.items()) if k != "job"}
         for ts, value in series.get("values") or []:
-            lines[key][float(ts)].append(f"{name}{{{text}}} {value}")
+            samples[key][float(ts)].append((name, kept, _value(value)))
     out: dict[str, list[metrics.Scrape]] = {}
-    for key, steps in sorted(lines.items()):
-        out[key] = [metrics.parse("\n".join(body) + "\n", key, at=ts) for ts, body in sorted(steps.items())]
+    for key, steps in sorted(samples.items()):
+        out[key] = [metrics.from_samples(body, key, at=ts) for ts, body in sorted(steps.items())]
     return out
+
+
+def _value(value: Any) -> float:
+    """A sample's value as the API writes it ("1.5", "NaN", "+Inf")."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise PromError(f"Prometheus answered a sample value that is no number: {str(value)[:40]!r}") from None
 
 
 def fetch(url: str, start: float, end: float, selector: str | None = None) -> dict[str, list[metrics.Scrape]]:
