@@ -86,7 +86,7 @@ def from_metrics(
 ) -> Report:
     """The same report for one /metrics scrape or a series: the scrapes fill the stats series that
     a log's stats lines would, and the same rules decide. `fleet`: every replica's numbers, when
-    this series is one replica of several (fleet.py); `facts`: the scrapes' (to_facts), when read already."""
+    this series is one replica of several (cli/fleet.py); `facts`: the scrapes' (to_facts), when read already."""
     from vllm_doctor.read import metrics
 
     if not scrapes:

@@ -150,7 +150,7 @@ def test_a_broken_report_fails(run, path, change):
 
 
 def test_every_fact_name_is_typed_in_the_schema():
-    """FACTS (knowledge/facts.py) and the schema's facts agree on names and types."""
+    """FACTS (facts.py) and the schema's facts agree on names and types."""
     kinds = {int: "integer", float: "number", str: "string", bool: "boolean"}
     facts = json.loads((SCHEMAS / "report-1.json").read_text())["$defs"]["facts"]["properties"]
     for name, kind in FACTS.items():

@@ -1,5 +1,5 @@
 """What the commands share: the option types declared once, the exit status, rule loading with
---strict-rules, the output target, and the one-line failure (exit 2). cli.py and clistart.py hold
+--strict-rules, the output target, and the one-line failure (exit 2). commands.py and start.py hold
 the commands."""
 
 from __future__ import annotations

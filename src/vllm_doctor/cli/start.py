@@ -1,5 +1,5 @@
 """The commands about a start: `check` (what it would fail on), `serve` (the start, wrapped) and
-`plan` (the arithmetic before it). cli.py registers them; their options come from cliopts."""
+`plan` (the arithmetic before it). commands.py registers them; their options come from options.py."""
 
 from __future__ import annotations
 

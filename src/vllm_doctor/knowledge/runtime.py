@@ -247,7 +247,7 @@ def request_errors(inp: CheckInput) -> CheckResult:
 
 
 @check(
-    reads=set(),  # every replica's numbers (facts.window["fleet"], fleet.py)
+    reads=set(),  # every replica's numbers (facts.window["fleet"], cli/fleet.py)
     returns={"replica_imbalance", "replicas", "queued_replica", "queued_waiting_max", "queued_running_mean",
              "idle_replicas", "idle_running_mean"},
 )  # fmt: skip
