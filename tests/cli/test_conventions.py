@@ -127,8 +127,7 @@ def test_settings_precedence(tmp_path):
         "fail-on": "warning",
         "rules": [str(tmp_path / "mine")],
     }
-    got = settings.load({"VLLM_DOCTOR_FORMAT": "json", "VLLM_DOCTOR_RULES": f"a{os.pathsep}b"}, tmp_path)
-    assert got["format"] == "json" and got["rules"] == ["a", "b"] and got["fail-on"] == "warning"
+    assert settings.load({"VLLM_DOCTOR_FORMAT": "json"}, tmp_path)["format"] == "markdown"  # click reads variables
     xdg = tmp_path / "xdg"
     (xdg / "vllm-doctor").mkdir(parents=True)
     (xdg / "vllm-doctor" / "config.toml").write_text('[tool.vllm-doctor]\ncolor = "never"\ntarget-len = 4096\n')
@@ -136,16 +135,32 @@ def test_settings_precedence(tmp_path):
     assert settings.load({"XDG_CONFIG_HOME": str(xdg)}, tmp_path)["format"] == "markdown"  # the cwd's file first
 
 
-def test_every_format_the_renderers_have_is_a_setting_too():
+def test_each_setting_is_its_options_envvar_and_every_format_a_setting_too(tmp_path):
+    import typer.main
+
     from vllm_doctor.render import FORMATS
 
+    command = typer.main.get_command(app)
+    for name, keys in settings.COMMANDS.items():
+        params = {p.name: p for p in command.commands[name].params}  # type: ignore[attr-defined]
+        for key in keys:
+            assert params[settings.PARAM.get(key, key).replace("-", "_")].envvar == settings.KEYS[key][0], (name, key)
     for fmt in FORMATS:  # html was a --format but not a VLLM_DOCTOR_FORMAT
-        assert settings.load({"VLLM_DOCTOR_FORMAT": fmt, "VLLM_DOCTOR_CONFIG": ""})["format"] == fmt
+        got = runner.invoke(
+            app, ["explain", str(OOM), "--no-gpu"], env={"VLLM_DOCTOR_FORMAT": fmt, "VLLM_DOCTOR_CONFIG": ""}
+        )
+        assert got.exit_code == 1 and got.output.strip(), fmt
+    a, b = tmp_path / "a", tmp_path / "b"  # --rules from the variable: directories split at os.pathsep
+    for d in (a, b):
+        d.mkdir()
+    (b / "my-rule.toml").write_text(SAMPLE_RULE)
+    got = runner.invoke(app, ["rules"], env={"VLLM_DOCTOR_RULES": f"{a}{os.pathsep}{b}", "VLLM_DOCTOR_CONFIG": ""})
+    assert got.exit_code == 0 and "my-rule" in got.output
 
 
 @pytest.mark.parametrize(("variables", "text", "message"), [
-    ({"VLLM_DOCTOR_FORMAT": "xml"}, None, "VLLM_DOCTOR_FORMAT=xml: give text, markdown, json or html"),
-    ({"VLLM_DOCTOR_TARGET_LEN": "0"}, None, "VLLM_DOCTOR_TARGET_LEN=0: give a whole number"),
+    ({"VLLM_DOCTOR_FORMAT": "xml"}, None, "(env var: 'VLLM_DOCTOR_FORMAT'): 'xml' is not one of 'text', 'markdown', 'json', 'html'"),
+    ({"VLLM_DOCTOR_TARGET_LEN": "0"}, None, "(env var: 'VLLM_DOCTOR_TARGET_LEN'): 0 is not in the range x>=1"),
     ({}, 'colour = "never"\n', "unknown key 'colour'"),
     ({}, "format = \n", "not valid TOML"),
 ])  # fmt: skip

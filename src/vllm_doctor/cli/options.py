@@ -91,11 +91,17 @@ class Color(str, Enum):
 
 # options several commands share, declared once
 RulesDirs = Annotated[
-    list[Path], typer.Option("--rules", help="A directory of extra rules (repeatable).", metavar="DIR")
+    list[Path],
+    typer.Option("--rules", help="A directory of extra rules (repeatable).", metavar="DIR", envvar="VLLM_DOCTOR_RULES"),
 ]
 FormatOpt = Annotated[
     Optional[Format],
-    typer.Option("--format", "-f", help="Output format: text, unless -o PATH.json|.md or a setting says."),
+    typer.Option(
+        "--format",
+        "-f",
+        help="Output format: text, unless -o PATH.json|.md or a setting says.",
+        envvar="VLLM_DOCTOR_FORMAT",
+    ),
 ]
 OutputOpt = Annotated[
     Optional[str],
@@ -108,12 +114,17 @@ OutputOpt = Annotated[
     ),
 ]
 ColorOpt = Annotated[
-    Color, typer.Option("--color", help="Colour: auto (a terminal, unless NO_COLOR is set), always, never.")
+    Color,
+    typer.Option(
+        "--color", help="Colour: auto (a terminal, unless NO_COLOR is set), always, never.", envvar="VLLM_DOCTOR_COLOR"
+    ),
 ]
 StrictRules = Annotated[
     bool, typer.Option("--strict-rules", help="Refuse to run when a --rules file is bad (else: a warning).")
 ]
-FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 from this severity up.")]
+FailOnOpt = Annotated[
+    FailOn, typer.Option("--fail-on", help="Exit 1 from this severity up.", envvar="VLLM_DOCTOR_FAIL_ON")
+]
 NoRedactOpt = Annotated[
     bool, typer.Option("--no-redact", help="Keep tokens, API keys and passwords (masked in every format by default).")
 ]
@@ -133,13 +144,25 @@ CpuKvSpaceOpt = Annotated[
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never touch the network (the HF cache only).")]
 TargetConcurrency = Annotated[
     Optional[int],
-    typer.Option("--target-concurrency", min=1, help="Sequences the server must hold at once.", metavar="N"),
+    typer.Option(
+        "--target-concurrency",
+        min=1,
+        help="Sequences the server must hold at once.",
+        metavar="N",
+        envvar="VLLM_DOCTOR_TARGET_CONCURRENCY",
+    ),
 ]
 
 # explain's own
 TargetLen = Annotated[
     Optional[int],
-    typer.Option("--target-len", min=1, help="Tokens per sequence for --target-concurrency.", metavar="N"),
+    typer.Option(
+        "--target-len",
+        min=1,
+        help="Tokens per sequence for --target-concurrency.",
+        metavar="N",
+        envvar="VLLM_DOCTOR_TARGET_LEN",
+    ),
 ]
 FollowOpt = Annotated[
     bool,

@@ -3,8 +3,9 @@
 Precedence: a flag > a VLLM_DOCTOR_* variable > the config file > the built-in default. The
 config file is the first of $VLLM_DOCTOR_CONFIG, ./vllm-doctor.toml and
 $XDG_CONFIG_HOME/vllm-doctor/config.toml (~/.config/...); its keys sit at the top level or under
-[tool.vllm-doctor]. The values become click's default_map, so a flag still wins and --help
-shows them as the defaults.
+[tool.vllm-doctor]. The file's values become click's default_map, so a flag still wins and --help
+shows them as the defaults; the variables are the options' own `envvar` (cli/options.py), which
+click reads between the two and --help lists.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.render import FORMATS  # the formats there are (cheap: data's dataclasses only)
 
-# key (config file) -> (variable, kind, allowed values)
+# key (config file) -> (its option's envvar, kind, allowed values)
 KEYS: dict[str, tuple[str, type, tuple[str, ...]]] = {
     "format": ("VLLM_DOCTOR_FORMAT", str, FORMATS),
     "fail-on": ("VLLM_DOCTOR_FAIL_ON", str, ("blocker", "warning")),
@@ -31,6 +32,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "explain": ("format", "fail-on", "rules", "color", "target-concurrency", "target-len"),
     "watch": ("format", "fail-on", "rules", "color"),
     "plan": ("format", "color", "target-concurrency"),
+    "check": ("format", "fail-on", "color"),  # its options are explain's: the variables reach it too
     "serve": ("rules",),
     "rules": ("rules",),
 }
@@ -101,16 +103,10 @@ def _from_file(path: Path) -> dict[str, Any]:
 
 
 def load(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:
-    """The settings in force: the config file's, then the variables' over them."""
+    """The config file's settings (the variables are read by click, over them: cli/options.py)."""
     env = os.environ if env is None else env
     path = config_path(env, cwd)
-    out = _from_file(path) if path is not None else {}
-    for key, (var, kind, _) in KEYS.items():
-        raw = env.get(var)
-        if raw:
-            value: Any = [p for p in raw.split(os.pathsep) if p] if kind is list else raw
-            out[key] = _check(key, value, f"{var}={raw}", None)
-    return out
+    return _from_file(path) if path is not None else {}
 
 
 def default_map(values: dict[str, Any]) -> dict[str, Any]:
