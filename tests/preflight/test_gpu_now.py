@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from preflight_fakes import h100s
 
@@ -66,7 +67,7 @@ def server_with_engine():
     _started(p, "serve")
     end = time.monotonic() + 10
     while True:
-        kids = (procfs.PROC / str(p.pid) / "task" / str(p.pid) / "children").read_text().split()
+        kids = [str(c.pid) for c in psutil.Process(p.pid).children()]
         if kids and _shows(int(kids[0]), "VLLM::EngineCore", first=True):  # exec'd, not the fork's copy of us
             break
         assert time.monotonic() < end, "the engine never started"

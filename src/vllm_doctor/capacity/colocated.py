@@ -1,5 +1,5 @@
 """Which vLLM server each GPU process belongs to, and the --gpu-memory-utilization it asked for,
-from /proc/<pid>/cmdline on this machine (the process, or its parent: V1's EngineCore and the
+from each process's command line on this machine (psutil; the process, or its parent: V1's EngineCore and the
 workers are spawned children whose own command line is multiprocessing's).
 
 Several servers on one GPU each take their fraction of the card's total memory; the fractions must
@@ -10,13 +10,11 @@ server's pid are kept: a command line may hold an API key, and no other argument
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 from vllm_doctor.serveargs import items, server_words
 
 DEFAULT_UTILIZATION = 0.9  # vLLM's default --gpu-memory-utilization (V0 and V1)
 ANCESTORS = 3  # EngineCore -> API server; a worker -> EngineCore -> API server
-PROC = Path("/proc")
 
 
 def oversubscribed(shares: Iterable[float]) -> bool:
@@ -29,32 +27,34 @@ def oversubscribed(shares: Iterable[float]) -> bool:
     return round(sum(shares), 2) >= 1.0
 
 
-def cmdline(pid: int, proc: Path = PROC) -> list[str] | None:
-    """A process's command line, or None where /proc does not say (gone, another user's)."""
+def cmdline(pid: int) -> list[str] | None:
+    """A process's command line, or None where the system does not say (gone, another user's)."""
+    import psutil  # lazily: explain's cold start reads no process
+
     try:
-        raw = (proc / str(pid) / "cmdline").read_bytes()
-    except OSError:
+        return [a for a in psutil.Process(pid).cmdline() if a] or None
+    except (psutil.Error, OSError, ValueError):
         return None
-    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a] or None
 
 
-def parent(pid: int, proc: Path = PROC) -> int | None:
+def parent(pid: int) -> int | None:
+    """A process's parent pid, or None where the system does not say."""
+    import psutil
+
     try:
-        stat = (proc / str(pid) / "stat").read_text()
-    except OSError:
+        return psutil.Process(pid).ppid()
+    except (psutil.Error, OSError, ValueError):
         return None
-    fields = stat.rsplit(")", 1)[-1].split()  # after the name, which may hold spaces
-    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
-def server_of(pid: int, proc: Path = PROC) -> tuple[int, str | None, float, bool] | None:
+def server_of(pid: int) -> tuple[int, str | None, float, bool] | None:
     """(the server's pid, its model, its utilization, whether the flag was given), or None when
     neither the process nor its parents are a vLLM server."""
     current: int | None = pid
     for _ in range(ANCESTORS + 1):
         if current is None or current <= 1:
             return None
-        served = server_words(cmdline(current, proc) or [])
+        served = server_words(cmdline(current) or [])
         if served is not None:
             positional, flags = items(served)
             given = dict(flags)
@@ -65,5 +65,5 @@ def server_of(pid: int, proc: Path = PROC) -> tuple[int, str | None, float, bool
                 util = DEFAULT_UTILIZATION
             model = given.get("model") or positional
             return current, model[:200] if model else None, util, value is not None
-        current = parent(current, proc)
+        current = parent(current)
     return None

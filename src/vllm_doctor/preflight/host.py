@@ -104,7 +104,7 @@ def port(ctx: Context) -> list[Finding]:
                 raise CannotRun(f"cannot test {host or '0.0.0.0'}:{number}: {e.strerror}") from None
             if e.errno == errno.EACCES:
                 return [found("check-port-privileged", {"port": number})]
-    owner = procfs.describe(procfs.socket_owner(procfs.listening_inodes(number)))
+    owner = procfs.describe(procfs.listener(number))
     return [found("check-port-in-use", {"port": number, "host": host or "0.0.0.0"}, owner=owner, next_port=number + 1)]
 
 

@@ -1,50 +1,25 @@
-"""Other processes as /proc shows them: a command line, a parent, the process listening on a port.
-Each answer is None where /proc does not say (another user's process, no procfs)."""
+"""Other processes as the system shows them (psutil): a command line, the process listening on a
+port, the host's memory. Each answer is None where the system does not say (another user's process)."""
 
 from __future__ import annotations
 
 import os
 
-from vllm_doctor.capacity.colocated import PROC, cmdline
+import psutil
+
+from vllm_doctor.capacity.colocated import cmdline
 from vllm_doctor.serveargs import items, server_words
 
-LISTEN = "0A"  # the TCP state of a listening socket in /proc/net/tcp
 
-
-def listening_inodes(port: int) -> set[str]:
-    """The socket inodes listening on `port` (IPv4 and IPv6)."""
-    out = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = (PROC / "net" / table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if len(parts) > 9 and parts[3] == LISTEN and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                out.add(parts[9])
-    return out
-
-
-def socket_owner(inodes: set[str]) -> int | None:
-    """The first process holding one of these sockets, from the /proc/*/fd it may read."""
-    if not inodes:
+def listener(port: int) -> int | None:
+    """The process listening on TCP `port` (IPv4 or IPv6), None where this user cannot see it."""
+    try:
+        found = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
         return None
-    wanted = {f"socket:[{i}]" for i in inodes}
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fds = os.listdir(entry / "fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(entry / "fd" / fd) in wanted:
-                    return int(entry.name)
-            except OSError:
-                continue
-    return None
+    return next(
+        (c.pid for c in found if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid), None
+    )
 
 
 def describe(pid: int | None) -> str:
@@ -67,14 +42,9 @@ def describe(pid: int | None) -> str:
 
 
 def meminfo() -> dict[str, int]:
-    """/proc/meminfo in bytes: MemTotal, MemAvailable, ..."""
-    out = {}
+    """The host's memory in bytes, as /proc/meminfo names it: MemTotal, MemAvailable (empty: unknown)."""
     try:
-        for line in (PROC / "meminfo").read_text().splitlines():
-            name, _, rest = line.partition(":")
-            value = rest.split()
-            if value and value[0].isdigit():
-                out[name] = int(value[0]) * (1024 if value[1:2] == ["kB"] else 1)
-    except OSError:
-        pass
-    return out
+        mem = psutil.virtual_memory()
+    except (psutil.Error, OSError):
+        return {}
+    return {"MemTotal": mem.total, "MemAvailable": mem.available}
