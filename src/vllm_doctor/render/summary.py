@@ -63,6 +63,15 @@ def _hhmm(time: str | None) -> str:
     return time[6:11] if time and len(time) >= 11 else "--:--"
 
 
+def nothing(report: Report) -> str:
+    """What a report with no diagnosis says instead."""
+    if report.status == "healthy":
+        return "No failure found in this log."
+    if report.empty:
+        return "The input is empty."
+    return "No failure found, and no sign of why it stopped." if report.lifetimes else "No vLLM output recognised."
+
+
 def describe_input(report: Report) -> str:
     f = report.facts
     if isinstance(f.get("preflight"), dict):

@@ -166,7 +166,7 @@ def write_report(w: Wrapper, report, diag_error: str | None) -> tuple[Path | Non
     ]
     from vllm_doctor.render.html import attachments  # issue 14: memory.svg, queue.svg, report.html
 
-    parts += attachments(report, lambda: markdown_text(w, report, diag_error), red.text if red is not None else None)
+    parts += attachments(report, red, lambda: ended(w))
     for name, make in parts:
         try:
             text = make()
@@ -238,6 +238,32 @@ def _undiagnosed(schema: str) -> dict[str, Any]:
                 "lifetime": None, "lifetimes": []}  # fmt: skip
 
 
+def ended(w: Wrapper) -> dict[str, Any]:
+    """How the server ended, for report.md and report.html: (name, text) rows, the processes that
+    outlived vLLM, the GPU at exit and the command."""
+    o = w.outcome
+    how = f"exit status {o.status}" + (f" ({o.signal})" if o.signal else "")
+    rows = [("Exit", f"{how}; {'became ready' if o.ready else 'never became ready'}")]
+    if o.bad_reasons:
+        rows.append(("Why this report", "; ".join(o.bad_reasons)))
+    if o.signals_forwarded:
+        rows.append(("Signals forwarded", ", ".join(o.signals_forwarded)))
+    if o.escalated:
+        hung = ' (it hung on "Waiting for connections to close")' if o.hung else ""
+        rows.append(("Escalated", "vLLM did not stop in the grace period; vllm-doctor sent SIGKILL" + hung))
+    from vllm_doctor.render.summary import gpu_lines
+
+    survivors = [
+        (f"pid {s['pid']}", s["command"], "killed" if s["killed"] else "could not be killed") for s in o.survivors
+    ]
+    return {
+        "rows": rows,
+        "survivors": survivors,
+        "gpu": gpu_lines(w.gpu) or ["not taken"],
+        "command": shlex.join(w.argv),
+    }
+
+
 def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
     from vllm_doctor.render.markdown import render as to_markdown
 
@@ -252,17 +278,7 @@ def markdown_text(w: Wrapper, report, diag_error: str | None) -> str:
             f"The diagnosis failed: `{diag_error}`. The output is in `server.log`.",
         ]
     out += ["", "### How the server ended", ""]
-    how = f"exit status {o.status}" + (f" ({o.signal})" if o.signal else "")
-    out.append(f"- **Exit:** {how}; {'became ready' if o.ready else 'never became ready'}")
-    if o.bad_reasons:
-        out.append(f"- **Why this report:** {'; '.join(o.bad_reasons)}")
-    if o.signals_forwarded:
-        out.append(f"- **Signals forwarded:** {', '.join(o.signals_forwarded)}")
-    if o.escalated:
-        out.append(
-            "- **Escalated:** vLLM did not stop in the grace period; vllm-doctor sent SIGKILL"
-            + (' (it hung on "Waiting for connections to close")' if o.hung else "")
-        )
+    out += [f"- **{name}:** {text}" for name, text in ended(w)["rows"]]
     for s in o.survivors:
         out.append(
             f"- **Outlived vLLM:** pid {s['pid']} `{s['command']}` ({'killed' if s['killed'] else 'could not be killed'})"
