@@ -43,6 +43,10 @@ class Command(TyperCommand):
             if p.param_type_name == "option" and p.metavar is None and not getattr(p, "is_flag", False):
                 p.metavar = METAVARS.get(p.type.name, p.metavar)
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta["argv"] = list(args)  # as given: click drops a `--` (serve tells ours from vLLM's by it)
+        return super().parse_args(ctx, args)
+
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
 

@@ -73,6 +73,9 @@ def finish(w: Wrapper) -> None:
         o.bad_reasons.append(f"a fatal error in the output ({headline(report)})")
     elif report is None and o.fatal_lines:
         o.bad_reasons.append(f"a fatal error in the output: {o.fatal_lines[0]}")
+    from vllm_doctor.serve.termination import cause
+
+    o.cause = cause(report, diag_error)  # serve/termination.py writes it after the report
     if not o.bad_reasons and not opts.always_report:
         w.discard_capture()
         return

@@ -1,0 +1,45 @@
+"""More conventions (issue 24): serve refuses an option of its own it does not know before `--`
+(a typo must not reach vLLM), -o - is stdout, an -o word that names no format is refused, -v
+shows evidence whole, --metrics scrapes in natural order with their own sources, completion."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import LAB
+from vllm_doctor.cli import app
+
+OOM = LAB / "cache-oom.log"
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--reprot-dir", "x", "--", "m"], "no such option --reprot-dir; did you mean --report-dir?"),
+        (["--report-dri=x", "--", "m"], "no such option --report-dri=x; did you mean --report-dir?"),
+        (["--gracee", "3", "m"], "no such option --gracee; did you mean --grace?"),  # no --: a near miss still
+        (["--foo", "--", "m"], "no such option --foo; vLLM's arguments go after --"),
+    ],
+)
+def test_serve_refuses_an_unknown_option_before_the_dashes(args, message):
+    r = runner.invoke(app, ["serve", "--vllm-bin", sys.executable, "--preflight", "off", *args])
+    assert r.exit_code == 2 and r.output.strip() == f"vllm-doctor: serve: {message}"  # before any child starts
+
+
+def test_serve_passes_what_follows_the_dashes_and_vllms_own_options(monkeypatch):
+    import vllm_doctor.serve as serve
+
+    seen = []
+
+    def run(opts):
+        seen.append(opts.vllm_args)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(serve, "run", run)
+    for args in (["--grace", "2", "--", "m", "--max-model-len", "8"], ["m", "--foo"], ["--model", "m"]):
+        runner.invoke(app, ["serve", "--preflight", "off", *args])
+    assert seen == [["m", "--max-model-len", "8"], ["m", "--foo"], ["--model", "m"]]
