@@ -107,7 +107,7 @@ OutputOpt = Annotated[
         "--output",
         "-o",
         help="Write to this file, in the format its suffix names (.json, .md) unless --format says; "
-        "-o json|markdown|text names the format, as kubectl's -o does (-o ./json for a file named json).",
+        "-o json|markdown|text names the format, as kubectl's -o does; -o - is stdout (-o ./json for a file named json).",
         metavar="PATH|FORMAT",
     ),
 ]

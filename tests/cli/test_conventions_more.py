@@ -43,3 +43,27 @@ def test_serve_passes_what_follows_the_dashes_and_vllms_own_options(monkeypatch)
     for args in (["--grace", "2", "--", "m", "--max-model-len", "8"], ["m", "--foo"], ["--model", "m"]):
         runner.invoke(app, ["serve", "--preflight", "off", *args])
     assert seen == [["m", "--max-model-len", "8"], ["m", "--foo"], ["--model", "m"]]
+
+
+def test_o_dash_is_stdout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["explain", str(OOM), "--no-gpu", "-o", "-", "--format", "json"])
+    assert r.exit_code == 1 and r.output.startswith("{") and not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("word", ["yaml", "wide", "jsno"])
+def test_an_o_word_that_names_no_format_is_refused_with_the_formats(tmp_path, monkeypatch, word):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["explain", str(OOM), "--no-gpu", "-o", word])
+    assert r.exit_code == 2 and not (tmp_path / word).exists()
+    assert r.output.strip() == (
+        f"vllm-doctor: -o {word}: not a format (text, markdown, json, html); for a file of that name give -o ./{word}"
+    )
+    r = runner.invoke(app, ["explain", str(OOM), "--no-gpu", "-o", f"./{word}"])  # the path form writes it
+    assert r.exit_code == 1 and (tmp_path / word).exists()
+
+
+@pytest.mark.parametrize("command", ["explain", "alerts", "check", "serve", "plan", "watch"])
+def test_h_is_help_for_every_command(command):
+    r = runner.invoke(app, [command, "-h"])
+    assert r.exit_code == 0 and "Usage: " in r.output and "-h, --help" in r.output
