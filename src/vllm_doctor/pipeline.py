@@ -103,7 +103,7 @@ def from_metrics(
         facts,
         {},
         options,
-        paths=sorted({s.source for s in scrapes}),
+        paths=metrics.sources(scrapes),
         lines=sum(s.lines for s in scrapes),
         warnings=metrics.warnings(scrapes[-1]),
         recognised=bool(scrapes[-1].vllm_series),

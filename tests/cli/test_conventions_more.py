@@ -67,3 +67,31 @@ def test_an_o_word_that_names_no_format_is_refused_with_the_formats(tmp_path, mo
 def test_h_is_help_for_every_command(command):
     r = runner.invoke(app, [command, "-h"])
     assert r.exit_code == 0 and "Usage: " in r.output and "-h, --help" in r.output
+
+
+SCRAPES = sorted(LAB.glob("queue-saturation.metrics-*.txt"))  # as a shell glob gives them: 0, 1, 10, 11, 2, ...
+
+
+def test_metrics_scrapes_of_a_glob_are_read_in_their_numbers_order():
+    import json
+
+    assert [p.name.split("-")[-1] for p in SCRAPES][:4] == ["0.txt", "1.txt", "10.txt", "11.txt"]
+    args = ["explain", "--no-gpu", "--format", "json"]
+    glob = runner.invoke(app, [*args, *(a for p in SCRAPES for a in ("--metrics", str(p)))])
+    ordered = sorted(SCRAPES, key=lambda p: int(p.stem.split("-")[-1]))
+    given = runner.invoke(app, [*args, *(a for p in ordered for a in ("--metrics", str(p)))])
+    assert json.loads(glob.output) == json.loads(given.output)
+    report = json.loads(glob.output)
+    assert report["input"]["paths"] == [str(p) for p in ordered]
+    # each scrape's evidence is its own file's: scrape N is metrics-(N-1).txt
+    evidence = [e for d in report["diagnoses"] for e in d["evidence"]]
+    assert evidence and all(
+        e["path"].endswith(f"metrics-{int(e['text'].split()[1].rstrip(':')) - 1}.txt") for e in evidence
+    ), evidence
+
+
+def test_many_scrapes_take_one_header_line():
+    r = runner.invoke(app, ["explain", "--no-gpu", *(a for p in SCRAPES for a in ("--metrics", str(p)))])
+    second = r.output.splitlines()[1]
+    assert second.startswith(f"{LAB}/queue-saturation.metrics-{{0..11}}.txt (12 inputs, ")
+    assert r.output.count("metrics-1.txt") <= r.output.count("scrape 2:")  # a path only beside its evidence
