@@ -95,3 +95,32 @@ def test_many_scrapes_take_one_header_line():
     second = r.output.splitlines()[1]
     assert second.startswith(f"{LAB}/queue-saturation.metrics-{{0..11}}.txt (12 inputs, ")
     assert r.output.count("metrics-1.txt") <= r.output.count("scrape 2:")  # a path only beside its evidence
+
+
+def test_a_quantile_from_few_samples_carries_a_caveat():
+    import json
+
+    r = runner.invoke(
+        app, ["explain", "--no-gpu", "--format", "json", *(a for p in SCRAPES for a in ("--metrics", str(p)))]
+    )
+    report = json.loads(r.output)
+    ttft = next(d for d in report["diagnoses"] if d["rule"] == "ttft-reported")["numbers"]
+    assert (ttft["ttft_p95_ms"], ttft["ttft_count"]) == (128000.0, 8)  # the lab's window: 8 first tokens
+    caveats = [w for w in report["input"]["warnings"] if "rests on" in w]
+    assert caveats == [
+        "TTFT p95 128000 ms rests on 1 of 8 samples: too few for a p95; it says how slow the slowest one was, "
+        "not what most requests see"
+    ]  # the inter-token p95 over 5,093 tokens holds: no caveat
+
+
+def test_the_caveat_counts_the_samples_at_or_above_the_quantiles_rank():
+    from vllm_doctor.data import Diagnosis
+    from vllm_doctor.pipeline import few_samples
+
+    def said(**numbers):
+        return few_samples([Diagnosis("r", "c", "info", "high", "t", "s", "e", [], numbers, [])])
+
+    assert said(itl_p95_ms=10.0, itl_count=40) == []  # rank 38 of 40: 3 samples
+    assert said(itl_p95_ms=10.0, itl_count=39)[0].startswith("ITL p95 10 ms rests on 2 of 39 samples")
+    assert said(hol_decode_p50_s=1.5, hol_decode_count=2)[0].startswith("hol decode p50 1.5 s rests on 2 of 2")
+    assert said(ttft_p95_ms=5.0) == [] and said(ttft_p95_ms=None, ttft_count=3) == []  # no count, no value
