@@ -158,6 +158,8 @@ def explain(
             fail(f"--lifetime {lifetime}: the input holds {len(report.lifetimes)} start(s)")
     else:
         fail("give a log file (- for stdin), --metrics URL or --prometheus URL")
+    if level > 0 and paths:  # -v: every evidence line in full, not cut at 400 characters
+        report = pipeline.whole_evidence(report)
     emit(report, fmt, path, redact=not no_redact, verbosity=level, flavor=flavor.value)
     raise typer.Exit(exit_code(report, fail_on))
 

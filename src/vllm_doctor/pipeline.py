@@ -155,6 +155,20 @@ def build(
     )
 
 
+def whole_evidence(report: Report) -> Report:
+    """`-v`: the evidence lines cut at EVIDENCE_CHARS, whole again from the files they came
+    from (read/wholelines.py); stdin's stay cut (and flagged truncated)."""
+    from vllm_doctor.read.wholelines import whole
+
+    cut = [e for d in report.diagnoses for e in (*d.evidence, *d.context) if e.truncated]
+    for source, path in enumerate(report.paths):
+        found = whole(path, {e.line for e in cut if e.source == source})
+        for e in cut:
+            if e.source == source and e.line in found and len(found[e.line]) >= len(e.text):
+                e.text, e.truncated = found[e.line], False
+    return report
+
+
 _QUANTILE = re.compile(r"(?P<metric>\w+?)_p(?P<q>\d{2})(?:_(?P<unit>ms|s))?\Z")
 FEW = 2  # a quantile set by this many samples or fewer says little beyond "the slowest was"
 

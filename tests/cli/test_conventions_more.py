@@ -124,3 +124,25 @@ def test_the_caveat_counts_the_samples_at_or_above_the_quantiles_rank():
     assert said(itl_p95_ms=10.0, itl_count=39)[0].startswith("ITL p95 10 ms rests on 2 of 39 samples")
     assert said(hol_decode_p50_s=1.5, hol_decode_count=2)[0].startswith("hol decode p50 1.5 s rests on 2 of 2")
     assert said(ttft_p95_ms=5.0) == [] and said(ttft_p95_ms=None, ttft_count=3) == []  # no count, no value
+
+
+def _evidence(*args, stdin=None):
+    import json
+
+    r = runner.invoke(app, ["explain", "--no-gpu", "--format", "json", *args], input=stdin)
+    return {e["line"]: e for e in json.loads(r.output)["diagnoses"][0]["evidence"]}
+
+
+def test_v_shows_every_evidence_line_in_full(tmp_path):
+    import gzip
+
+    whole = OOM.read_bytes().split(b"\n")[72].decode().strip()  # line 73: vLLM's 540-character ValueError
+    assert len(whole) > 400
+    assert _evidence(str(OOM))[73] == {"line": 73, "text": whole[:400], "truncated": True}  # without -v: cut, flagged
+    assert _evidence(str(OOM), "-v")[73] == {"line": 73, "text": whole, "truncated": False}
+    packed = tmp_path / "server.log.gz"
+    packed.write_bytes(gzip.compress(OOM.read_bytes()))
+    assert _evidence(str(packed), "-v")[73]["text"] == whole  # numbered as the first read numbered it
+    assert _evidence("-", "-v", stdin=OOM.read_bytes())[73]["truncated"] is True  # stdin cannot be read twice
+    r = runner.invoke(app, ["explain", "--no-gpu", "-v", str(OOM)], env={"COLUMNS": "1000"})
+    assert whole[-60:] in r.output
