@@ -191,9 +191,17 @@ def rules_list(
         typer.echo(f"{r.id:48} {label:38} {r.title}")
 
 
+def _rule_names(incomplete: str) -> list[str]:
+    from vllm_doctor.complete import rule_names
+
+    return rule_names(incomplete)
+
+
 @rules_app.command("show", cls=Command)
 def rules_show(
-    rule_id: Annotated[str, typer.Argument(help="A rule id, or a category.", metavar="ID|CATEGORY")],
+    rule_id: Annotated[
+        str, typer.Argument(help="A rule id, or a category.", metavar="ID|CATEGORY", autocompletion=_rule_names)
+    ],
     rules_dirs: RulesDirs = [],  # noqa: B006
 ) -> None:
     """Print one rule's documentation, generated from its file, or list a category's rules."""
