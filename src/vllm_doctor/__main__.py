@@ -1,3 +1,3 @@
-from vllm_doctor.cli import main
+from vllm_doctor.cli.complete import main
 
 main()

@@ -5,6 +5,8 @@ read -> matching -> knowledge (facts, checks, diagnoses) with capacity's model a
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,7 +105,7 @@ def from_metrics(
         facts,
         {},
         options,
-        paths=sorted({s.source for s in scrapes}),
+        paths=metrics.sources(scrapes),
         lines=sum(s.lines for s in scrapes),
         warnings=metrics.warnings(scrapes[-1]),
         recognised=bool(scrapes[-1].vllm_series),
@@ -147,10 +149,50 @@ def build(
         status=status(diagnoses, recognised, life),
         diagnoses=diagnoses,
         facts=report_facts,
-        warnings=warnings,
+        warnings=warnings + few_samples(diagnoses),
         corrected=corrected(facts, diagnoses),
         series=facts.stats.points,
     )
+
+
+def whole_evidence(report: Report) -> Report:
+    """`-v`: the evidence lines cut at EVIDENCE_CHARS, whole again from the files they came
+    from (read/wholelines.py); stdin's stay cut (and flagged truncated)."""
+    from vllm_doctor.read.wholelines import whole
+
+    cut = [e for d in report.diagnoses for e in (*d.evidence, *d.context) if e.truncated]
+    for source, path in enumerate(report.paths):
+        found = whole(path, {e.line for e in cut if e.source == source})
+        for e in cut:
+            if e.source == source and e.line in found and len(found[e.line]) >= len(e.text):
+                e.text, e.truncated = found[e.line], False
+    return report
+
+
+_QUANTILE = re.compile(r"(?P<metric>\w+?)_p(?P<q>\d{2})(?:_(?P<unit>ms|s))?\Z")
+FEW = 2  # a quantile set by this many samples or fewer says little beyond "the slowest was"
+
+
+def few_samples(diagnoses: list[Diagnosis]) -> list[str]:
+    """A caveat for each quantile a diagnosis states from too few samples to hold it: a p95 of 8
+    first tokens is the slowest one alone ("TTFT p95 128000 ms rests on 1 of 8 samples")."""
+    out: list[str] = []
+    for d in diagnoses:
+        for name, value in d.numbers.items():
+            m = _QUANTILE.match(name)
+            count = d.numbers.get(f"{m['metric']}_count") if m else None
+            if m is None or not isinstance(count, int) or count <= 0 or not isinstance(value, (int, float)):
+                continue
+            above = count - math.ceil(int(m["q"]) / 100 * count) + 1  # the samples at or above its rank
+            metric = m["metric"].upper() if len(m["metric"]) <= 4 else m["metric"].replace("_", " ")
+            line = f"{metric} p{m['q']} {value:g}{' ' + m['unit'] if m['unit'] else ''}"
+            if above <= FEW and not any(o.startswith(line) for o in out):
+                slowest = "one was" if above == 1 else f"{above} were"
+                out.append(
+                    f"{line} rests on {above} of {count} samples: too few for a p{m['q']}; it says how slow "
+                    f"the slowest {slowest}, not what most requests see"
+                )
+    return out
 
 
 def _with_gpu(options: Options) -> Options:

@@ -39,7 +39,16 @@ CHECK = """(() => {
     axes: visible('svg .axis'), legends: visible('svg .legend'), markers: visible('svg .failure-marker'),
     segments: visible('svg .segment'), series: visible('svg .series'), lives: visible('svg .life'),
     scripts: document.scripts.length, resources: performance.getEntriesByType('resource').length,
-    text: document.querySelector('#report pre').textContent.length, charts: charts()};
+    text: document.querySelector('#report').textContent.length, charts: charts(), ticket: ticket()};
+  // the ticket as HTML: fixes a list, numbers a table, command and evidence code; no Markdown left as text
+  function ticket() {
+    const count = (sel) => document.querySelectorAll(sel).length;
+    const shown = document.body.innerText;
+    return {fixes: count('#report ol.fixes > li'), numbers: count('#report table.numbers td'),
+      command: count('#report pre.command > code'), evidence: count('#report pre.evidence > code'),
+      lineNumbers: count('#report pre.evidence .ln'),
+      markdown: (shown.match(/\\*\\*|```|^#{1,6} |^\\s*\\|?\\s*-{3,}\\s*\\||^> /gm) || []).slice(0, 5)};
+  }
   // each chart's text as drawn: the smallest box's height, boxes outside the chart, pairs that overlap
   function charts() {
     return [...document.querySelectorAll('svg')].map(svg => {
@@ -184,6 +193,7 @@ CASES = {
     "v0-profile": dict(lives=0, segments=5, series=0, markers=0),
     "weights-oom": dict(lives=0, segments=3, series=0, markers=0),
 }
+TICKETS = ("cache-oom", "queue-saturation")
 FIXTURE_LOGS = {
     "v0-profile": FIXTURES / "logs/kv-capacity/0.6.6_v0-memory-profiling-takes-three-lines.log",
     "weights-oom": FIXTURES / "logs/weights-oom/0.10.1_v1-oom-in-load-model-tp1.log",
@@ -218,6 +228,11 @@ def test_the_report_looks_right_in_chromium_at_laptop_and_phone_width(case, brow
         assert seen["lives"] == want["lives"] and seen["series"] == want["series"], (case, name, seen)
         assert seen["segments"] >= want["segments"] and seen["markers"] >= want["markers"], (case, name, seen)
         assert shot.stat().st_size > 10_000  # a page, not a blank
+        assert seen["ticket"]["markdown"] == [], f"{case}: Markdown shown as text: {seen['ticket']}"
+        if case in TICKETS:  # the lab's two tickets as a person reads them (issue 24)
+            t = seen["ticket"]
+            assert t["fixes"] >= 2 and t["numbers"] >= 4 and t["command"] == 1, (case, t)
+            assert t["evidence"] >= 1 and t["lineNumbers"] >= 1, (case, t)
         assert len(seen["charts"]) == charts and all(c["texts"] > 0 for c in seen["charts"]), (case, name, seen)
         for chart in seen["charts"]:  # readable at both widths: big enough, inside, none on another
             assert chart["smallest"] >= 9, f"{case} at {width}px: text {chart['smallest']:.1f} px high in {chart}"

@@ -17,7 +17,6 @@ from vllm_doctor.cli import app
 from vllm_doctor.knowledge.checks import Options
 from vllm_doctor.pipeline import explain
 from vllm_doctor.render import bars, html, svg
-from vllm_doctor.render.markdown import render as to_markdown
 from vllm_doctor.render.text import render as to_text
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -220,19 +219,31 @@ def test_the_restart_timeline_shows_every_start_and_where_each_died(tmp_path):
         assert f"#{life.index} {life.started}" in legend and life.outcome in legend
 
 
-def test_the_html_report_is_self_contained_and_holds_the_markdown(tmp_path):
+def test_the_html_report_is_self_contained_and_built_from_the_report(tmp_path):
     report = report_of(restarts(tmp_path))
     page = html.render(report)
     assert page.startswith("<!DOCTYPE html>") and "default-src 'none'" in page
     assert "<script" not in page and not re.search(r"""\s(src|href)=""", page) and "@import" not in page
     assert page.count("<svg") == 3  # restarts, memory, queue
-    md = to_markdown(report)
-    assert "```text" in page and md.splitlines()[0] in page  # the ticket's text, escaped
-    body = page[page.index("<pre>") + 5 : page.index("</pre>")]
+    assert "```" not in page and "**" not in page and "|---" not in page  # HTML, not the Markdown text
     from html import unescape
 
-    assert unescape(body) == md
+    d = report.diagnoses[0]
+    assert unescape(page).count(d.summary) == 1 and page.count('<ol class="fixes">') >= 1
+    for f in d.fixes:
+        assert f'<li value="{f.rank}"><strong>' in page
+    assert f"line {d.evidence[0].line}:</span>" in page
     ET.fromstring(svg.memory(report) or "")  # each chart is well-formed XML alone too
+
+
+def test_the_html_page_escapes_what_the_log_says(tmp_path):
+    """A log line with HTML in it is text on the page: autoescaped by the template, in the
+    evidence, the summary's quotes and the pictures' labels alike."""
+    log = tmp_path / "hostile.log"
+    text = (LAB / "cache-oom.log").read_text(encoding="utf-8")
+    log.write_text(text.replace("/models/wide-llama", "/models/<script>alert(1)</script>&<b>x</b>"), encoding="utf-8")
+    page = html.render(report_of(log))
+    assert "<script" not in page and "<b>" not in page and "&lt;script&gt;" in page
 
 
 def test_explain_writes_html(tmp_path):

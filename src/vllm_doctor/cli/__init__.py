@@ -8,6 +8,13 @@ stage order and may import every stage and pipeline; nothing imports it but __ma
 `vllm-doctor` entry point (pyproject.toml). The order is checked by `lint-imports` (.importlinter).
 """
 
-from vllm_doctor.cli.commands import app, main
-
 __all__ = ["app", "main"]
+
+
+def __getattr__(name: str):
+    # lazily: the entry point (complete.py) answers a shell's TAB from this package without typer
+    if name in __all__:
+        from vllm_doctor.cli import commands
+
+        return getattr(commands, name)
+    raise AttributeError(name)

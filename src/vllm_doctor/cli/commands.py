@@ -56,6 +56,7 @@ from vllm_doctor.knowledge.rulebook import LOG_KINDS
 
 app = typer.Typer(
     cls=Group,
+    context_settings={"help_option_names": ["-h", "--help"]},  # -h as every command line has it
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -157,6 +158,8 @@ def explain(
             fail(f"--lifetime {lifetime}: the input holds {len(report.lifetimes)} start(s)")
     else:
         fail("give a log file (- for stdin), --metrics URL or --prometheus URL")
+    if level > 0 and paths:  # -v: every evidence line in full, not cut at 400 characters
+        report = pipeline.whole_evidence(report)
     emit(report, fmt, path, redact=not no_redact, verbosity=level, flavor=flavor.value)
     raise typer.Exit(exit_code(report, fail_on))
 
@@ -188,9 +191,17 @@ def rules_list(
         typer.echo(f"{r.id:48} {label:38} {r.title}")
 
 
+def _rule_names(incomplete: str) -> list[str]:
+    from vllm_doctor.cli.complete import rule_names
+
+    return rule_names(incomplete)
+
+
 @rules_app.command("show", cls=Command)
 def rules_show(
-    rule_id: Annotated[str, typer.Argument(help="A rule id, or a category.", metavar="ID|CATEGORY")],
+    rule_id: Annotated[
+        str, typer.Argument(help="A rule id, or a category.", metavar="ID|CATEGORY", autocompletion=_rule_names)
+    ],
     rules_dirs: RulesDirs = [],  # noqa: B006
 ) -> None:
     """Print one rule's documentation, generated from its file, or list a category's rules."""
@@ -268,19 +279,80 @@ def watch(
     raise typer.Exit(exit_code(report, fail_on))
 
 
+# alerts' own options (monitoring-mixins conventions: render/alerts.py)
+ByOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--by", metavar="LABELS", help="Labels each alert keeps beside instance and model_name, e.g. namespace,pod,job."
+    ),
+]
+LabelOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--label", metavar="K=V", help="A label on every rule and the PrometheusRule (its ruleSelector); repeatable."
+    ),
+]
+TestsOpt = Annotated[
+    bool, typer.Option("--tests", help="Print a promtool unit-test file for these rules (promtool test rules FILE).")
+]
+RulesFileOpt = Annotated[
+    str, typer.Option("--rules-file", metavar="PATH", help="--tests: the rules file's path as the test file finds it.")
+]
+AlertOutputOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="PATH|FORMAT",
+        help="Write to this file (- for stdout); -o rules|k8s names the format.",
+    ),
+]
+RunbookOpt = Annotated[
+    Optional[str],
+    typer.Option("--runbook-url", metavar="URL", help="Each alert's runbook_url, {rule} the vllm-doctor rule id."),
+]
+
+
 @app.command(cls=Command)
 def alerts(
     format: Annotated[AlertFormat, typer.Option("--format", "-f", help="A rules file, or a PrometheusRule.")] = (
         AlertFormat.rules
     ),
+    output: AlertOutputOpt = None,
     tpot_budget: Annotated[float, typer.Option("--tpot-budget", min=0.001, help="Inter-token p95, ms.")] = 100.0,
     queue_budget: Annotated[float, typer.Option("--queue-budget", min=0.001, help="Queue time p95, s.")] = 5.0,
     namespace: Annotated[str, typer.Option("--namespace", help="The PrometheusRule's namespace.")] = "monitoring",
+    by: ByOpt = None,
+    label: LabelOpt = [],  # noqa: B006
+    selector: Annotated[
+        Optional[str], typer.Option("--selector", help="Watch only these series, e.g. '{namespace=\"llm\"}'.")
+    ] = None,
+    runbook_url: RunbookOpt = None,
+    tests: TestsOpt = False,
+    rules_file: RulesFileOpt = "vllm-doctor.rules.yml",
 ) -> None:
-    """Print Prometheus alerting rules for what vllm-doctor diagnoses (promtool check rules accepts them)."""
-    from vllm_doctor.render.alerts import Thresholds, render
+    """Print Prometheus alerting rules for what vllm-doctor diagnoses, or with --tests their promtool unit tests.
+    promtool check rules accepts the rules file and the PrometheusRule's spec."""
+    from vllm_doctor.cli.output import target, write
+    from vllm_doctor.errors import DoctorError
+    from vllm_doctor.read.prom import parse_selector
+    from vllm_doctor.render import alerts as rules
 
-    sys.stdout.write(render(format.value, Thresholds(tpot_budget, queue_budget), namespace))
+    try:
+        named, path = target(output, {f.value: f.value for f in AlertFormat})
+        fmt = named or format.value
+        scope = rules.scope(by, list(label), parse_selector(selector), runbook_url)
+        thresholds = rules.Thresholds(tpot_budget, queue_budget)
+        if tests and fmt == "k8s":
+            fail("--tests: promtool tests a rules file (--format rules), not a PrometheusRule")
+        if tests:
+            from vllm_doctor.render import alerttests
+
+            write(alerttests.render(rules_file, thresholds, scope), path, "promtool tests")
+        else:
+            write(rules.render(fmt, thresholds, namespace, scope), path, "alerting rules")
+    except DoctorError as e:
+        fail(str(e))
 
 
 def main() -> None:

@@ -76,4 +76,17 @@ def server_report(metrics: list[str] | None, prometheus: str | None, window: tup
     from vllm_doctor import pipeline
     from vllm_doctor.read.metrics import fetch
 
-    return pipeline.from_metrics([fetch(m) for m in metrics or []], rules, options)
+    return pipeline.from_metrics([fetch(m) for m in in_order(metrics or [])], rules, options)
+
+
+def in_order(inputs: list[str]) -> list[str]:
+    """Saved scrapes of one numbered series (`--metrics` from a shell glob: metrics-0 .. metrics-11,
+    which the shell sorts as text, 0, 1, 10, 11, 2) in their numbers' order; any other list, URLs
+    among them, as given (oldest first)."""
+    import re
+
+    from vllm_doctor.read.metrics import is_url
+
+    if len(inputs) < 2 or any(is_url(i) for i in inputs) or len({re.sub(r"\d+", "#", i) for i in inputs}) > 1:
+        return inputs
+    return sorted(inputs, key=lambda i: [int(n) for n in re.findall(r"\d+", i)])

@@ -43,6 +43,10 @@ class Command(TyperCommand):
             if p.param_type_name == "option" and p.metavar is None and not getattr(p, "is_flag", False):
                 p.metavar = METAVARS.get(p.type.name, p.metavar)
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta["argv"] = list(args)  # as given: click drops a `--` (serve tells ours from vLLM's by it)
+        return super().parse_args(ctx, args)
+
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
 
@@ -109,7 +113,7 @@ OutputOpt = Annotated[
         "--output",
         "-o",
         help="Write to this file, in the format its suffix names (.json, .md) unless --format says; "
-        "-o json|markdown|text names the format, as kubectl's -o does (-o ./json for a file named json).",
+        "-o json|markdown|text names the format, as kubectl's -o does; -o - is stdout (-o ./json for a file named json).",
         metavar="PATH|FORMAT",
     ),
 ]

@@ -2,13 +2,15 @@
 path's suffix names, and a closed stdout (`| head`) that ends the output quietly, never the run.
 
 `-o` as kubectl reads it: `-o json`, `-o markdown`, `-o md` or `-o text` name the format (on
-stdout); anything else is a path (`-o ./json` for a file named json). A path ending in `.json`
+stdout), `-o -` is stdout; another bare word (`-o yaml`) is refused with the formats; anything
+else is a path (`-o ./json` for a file named json). A path ending in `.json`
 or `.md` infers the format unless --format says otherwise.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,19 +22,49 @@ from vllm_doctor.render import FORMAT_NAMES, SUFFIXES  # the format table: rende
 def resolve(fmt: str | None, output: str | None, default: str = "text") -> tuple[str, Path | None]:
     """(format, path or None for stdout). `fmt` is --format when given on the command line;
     `default` is the format from the environment, the config file or the built-in text."""
-    if output is not None and output.lower() in FORMAT_NAMES:
-        named = FORMAT_NAMES[output.lower()]
+    if output == "":
+        raise DoctorError(f"-o: give a path (or a format: {', '.join(sorted(set(FORMAT_NAMES.values())))})")
+    named, path = target(output, FORMAT_NAMES)
+    if named is not None:
         if fmt is not None and fmt != named:
             raise DoctorError(f"-o {output} names the format {named}, but --format is {fmt}: give one")
         return named, None
-    path = Path(output) if output is not None else None
-    if output == "":
-        raise DoctorError(f"-o: give a path (or a format: {', '.join(sorted(set(FORMAT_NAMES.values())))})")
     if fmt is not None:
         return fmt, path
     if path is not None and path.suffix.lower() in SUFFIXES:
         return SUFFIXES[path.suffix.lower()], path
     return default, path
+
+
+def target(output: str | None, names: dict[str, str]) -> tuple[str | None, Path | None]:
+    """-o as kubectl reads it: (the format a word in `names` names, None) or (None, the path);
+    `-` and no -o are stdout, (None, None). A word that names no format and has no path form
+    (`-o yaml`, `-o wide`: no `/`, no `.`) is refused with the formats: a typo of one, or a
+    file name that `-o ./yaml` says is meant."""
+    if output is None or output == "-":
+        return None, None
+    if output.lower() in names:
+        return names[output.lower()], None
+    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", output):
+        formats = ", ".join(dict.fromkeys(names.values()))
+        raise DoctorError(f"-o {output}: not a format ({formats}); for a file of that name give -o ./{output}")
+    return None, Path(output)
+
+
+def write(text: str, path: Path | None, done: str) -> None:
+    """`text` on stdout (a closed one ends it quietly), or in `path`, said on stderr as `done`."""
+    if path is None:
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            quiet_closed_stdout()
+        return
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise DoctorError(f"{path}: cannot write ({e.strerror or e})") from None
+    print(f"vllm-doctor: {done} written to {path}", file=sys.stderr)
 
 
 def quiet_closed_stdout() -> None:

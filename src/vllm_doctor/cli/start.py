@@ -34,6 +34,15 @@ from vllm_doctor.knowledge.rulebook import LOG_KINDS
 
 # check and serve read the vllm serve command line as given: everything after -- is vLLM's
 VLLM_ARGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+TerminationLogOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--termination-log",
+        metavar="PATH",
+        help="On a bad exit write the cause, first fix and corrected command here, in at most 4096 bytes "
+        "(Kubernetes' termination message; default: /dev/termination-log when it exists and is writable).",
+    ),
+]
 
 
 def check(
@@ -69,6 +78,7 @@ def check(
 
 
 def serve(
+    ctx: typer.Context,
     vllm_args: Annotated[list[str], ModelArgs],
     vllm_bin: Annotated[
         Optional[str], typer.Option("--vllm-bin", help="The vllm executable (default: vllm on PATH).")
@@ -110,6 +120,7 @@ def serve(
     no_watch: Annotated[
         bool, typer.Option("--no-watch", help="Do not watch the stats lines while the server runs.")
     ] = False,
+    termination_log: TerminationLogOpt = None,
     no_redact: NoRedactOpt = False,
     rules_dirs: RulesDirs = [],  # noqa: B006
     strict_rules: StrictRules = False,
@@ -125,10 +136,7 @@ def serve(
     from vllm_doctor.preflight.gate import before_serve
     from vllm_doctor.serve import ServeOptions, run
 
-    if vllm_args and vllm_args[0] == "--":
-        vllm_args = vllm_args[1:]
-    if not vllm_args:
-        fail("give the model after --: vllm-doctor serve [OPTIONS] -- MODEL [vllm serve args]")
+    vllm_args = _vllm_args(ctx, vllm_args)
     rules = load_rules(list(rules_dirs), strict_rules, LOG_KINDS) if rules_dirs else None  # before the child starts
     if (refused := before_serve(list(vllm_args), preflight.value)) is not None:
         raise typer.Exit(refused)
@@ -145,9 +153,35 @@ def serve(
             watch_samples=watch_samples,
             redact=not no_redact,
             rules=rules,
+            termination_log=termination_log,
         )
     )
     raise typer.Exit(outcome.status)
+
+
+def _vllm_args(ctx: typer.Context, args: list[str]) -> list[str]:
+    """serve's MODEL and vLLM arguments. An option before `--` that serve does not know is refused
+    (click leaves it, and the `--`, among the arguments): a typo of our own option must not reach
+    vLLM. Without a `--`, an option before the model is vLLM's, unless it is a near miss of ours."""
+    import difflib
+
+    if args and args[0] == "--":
+        args = args[1:]
+    if not args:
+        fail("give the model after --: vllm-doctor serve [OPTIONS] -- MODEL [vllm serve args]")
+    ours = [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts)]
+    given = ctx.meta.get("argv") or []
+    dashes = "--" in given
+    before = given[: given.index("--")] if dashes else args[:1]
+    for word in before:
+        name = word.split("=", 1)[0]
+        if not word.startswith("-") or word == "-" or name in ours:
+            continue
+        close = difflib.get_close_matches(name, [o for o in ours if o.startswith("--")], n=1, cutoff=0.75)
+        if close or dashes:
+            hint = f"; did you mean {close[0]}?" if close else "; vLLM's arguments go after --"
+            fail(f"serve: no such option {word}{hint}")
+    return args
 
 
 def plan(

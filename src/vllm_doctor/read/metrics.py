@@ -368,19 +368,25 @@ def _facts_from_config(facts: Facts, scrape: Scrape) -> None:
             facts.set(name, cfg[label])
 
 
+def sources(scrapes: list[Scrape]) -> list[str]:
+    """The inputs of a series in the order scraped, each once: the report's paths, the evidence's sources."""
+    return list(dict.fromkeys(s.source for s in scrapes))
+
+
 def to_facts(scrapes: list[Scrape]) -> Facts:
     """The facts of a scrape series: each scrape one stats sample, the last one's cache config.
     A series counts preemptions from its first scrape (0 there), so stats.preemptions is the
     window's; a lone scrape has no window and counts them since the server started."""
     facts = Facts()
     prev = None
+    inputs = sources(scrapes)
     for i, cur in enumerate(scrapes, 1):
         if cur.running is not None or cur.waiting is not None:
             s = sample(cur, prev)
             text = describe(cur, i, prev, s)
             if prev is None and len(scrapes) > 1 and "preemptions" in s:
                 s["preemptions"] = 0  # the baseline: what came before the series is not in it
-            facts.stats.add(s, i, 0, text)
+            facts.stats.add(s, i, inputs.index(cur.source), text)  # each scrape's evidence is its own input's
         prev = cur
     _facts_from_config(facts, scrapes[-1])
     facts.window = window(scrapes)

@@ -58,7 +58,7 @@ def _html(doc: Report | Plan, redact: bool = True, **_: Any) -> str:
         return html.render(doc, redact)
     from vllm_doctor.render import plan
 
-    return html.document("vllm-doctor plan", "", plan.markdown(doc))
+    return html.document("vllm-doctor plan", plan.markdown(doc))
 
 
 # modules load on first use: the CLI's cold start stays free of rich unless text is asked for,

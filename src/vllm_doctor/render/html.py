@@ -1,6 +1,11 @@
-"""The report as one self-contained HTML page: the pictures (inline SVG from svg.py) and the
-Markdown ticket's text, escaped, in a <pre>. No script, no font, no request: a Content-Security-
-Policy of default-src 'none' says so to the browser, and the page is the same offline.
+"""The report as one self-contained HTML page, built from the Report (not from the Markdown
+text): the verdict, each diagnosis's summary, its fixes as an ordered list, its numbers as a
+table, the corrected command and the evidence (with line numbers) as code, the pictures inline
+(svg.py) and the starts' timeline. The page is a jinja2 template (templates/, shipped in the
+wheel) with autoescaping on: every value from the log is text unless it is markupsafe.Markup,
+which only svg.py's pictures are (escaped with the same markupsafe.escape). No script, no font,
+no request: a Content-Security-Policy of default-src 'none' says so to the browser, and the page
+is the same offline.
 
 Also what serve's incident directory gets beside report.md (attachments): memory.svg, queue.svg
 and report.html, and the Markdown lines that link the SVGs; and the pictures `explain -o
@@ -10,27 +15,35 @@ report.md` writes beside its file (beside).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
-from html import escape
+from functools import cache, partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
+
+from markupsafe import Markup
 
 from vllm_doctor.data import Report
 from vllm_doctor.render import svg
-from vllm_doctor.render.summary import describe_input, headline
+from vllm_doctor.render.numbers import described
+from vllm_doctor.render.summary import (
+    capacity_line,
+    corrected_command,
+    describe_input,
+    earlier_lives,
+    gpu_lines,
+    headline,
+    model_line,
+    nothing,
+    timeline,
+    where,
+    work_rows,
+)
 
-_CSS = """
-body{margin:0;font:15px/1.45 system-ui,sans-serif;color:#222;background:#fff}
-main{max-width:960px;margin:0 auto;padding:16px}
-h1{font-size:1.3em;margin:.2em 0}h2{font-size:1.1em;margin:1.4em 0 .4em}
-.input{color:#555;overflow-wrap:anywhere}
-figure{margin:0;padding:8px;border:1px solid #ddd;border-radius:6px}
-svg{display:block;max-width:100%;height:auto}
-pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;padding:12px;border-radius:6px;font:13px/1.4 ui-monospace,monospace}
-table{border-collapse:collapse;font-size:13px}td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:right}
-.failed{color:#b00}.degraded{color:#a60}.healthy{color:#070}
-"""
-_CSP = "default-src 'none'; style-src 'unsafe-inline'"
+if TYPE_CHECKING:
+    from jinja2 import Environment
+
+    from vllm_doctor.render.redact import Redactor
+
 _FILES = (("memory.svg", svg.memory), ("queue.svg", svg.queue))
 _XML = '<?xml version="1.0" encoding="UTF-8"?>\n'
 _CHARTS = (  # the restarts first: they say which start the rest is about
@@ -40,60 +53,71 @@ _CHARTS = (  # the restarts first: they say which start the rest is about
 )
 
 
-def render(report: Report, redact: bool = True) -> str:
-    """The page for `explain --format html`; secrets masked as in the Markdown unless redact=False."""
-    from vllm_doctor.render.markdown import render as to_markdown
-    from vllm_doctor.render.redact import redact as masked
+@cache
+def _env() -> Environment:
+    from jinja2 import Environment, PackageLoader, StrictUndefined
 
-    mask = masked if redact else None
-    return page(report, to_markdown(report, redact), mask)
+    # autoescape for every template, whatever its name: nothing reaches the page unescaped by accident
+    return Environment(
+        loader=PackageLoader("vllm_doctor.render", "templates"), autoescape=True, undefined=StrictUndefined
+    )
 
 
-def page(report: Report, markdown: str, mask: Callable[[str], str] | None = None) -> str:
-    """The page around `markdown` (the ticket's text, already masked); `mask` masks the rest."""
-    title = f"vllm-doctor: {headline(report)}"
-    parts = [
-        f'<h1 class="{escape(report.status)}">{escape(title)}</h1>',
-        f'<p class="input">{escape(describe_input(report))}</p>',
-    ]
+def render(
+    report: Report, redact: bool = True, redactor: Redactor | None = None, ended: dict[str, Any] | None = None
+) -> str:
+    """The page for `explain --format html`: secrets masked in every string of the Report (by
+    `redactor`, else the pattern forms) unless redact=False. serve adds `ended`: how the server
+    ended (incident.ended), masked by the same redactor."""
+    if redact:
+        from vllm_doctor.render import redact as masking
+
+        report = masking.report(report, redactor)
+        ended = masking.report(ended, redactor) if ended else ended
+    return _env().get_template("report.html.j2").render(_context(report), ended=ended)
+
+
+def _context(report: Report) -> dict[str, Any]:
+    """What the template shows, in the words the other formats use (summary.py)."""
+    charts = []
     for key, heading, draw in _CHARTS:
         picture = draw(report)
         if picture is not None:
-            table = _samples(report) if key == "queue" else ""
-            parts.append(f'<section id="{key}"><h2>{heading}</h2><figure>{picture}</figure>{table}</section>')
-    head = "".join(parts)
-    return document(title, mask(head) if mask else head, markdown)
+            charts.append({"key": key, "heading": heading, "svg": Markup(picture)})
+    diagnoses = []
+    for i, d in enumerate(report.diagnoses):
+        wrapper = [(e, "wrapper error; the cause is above") for e in d.context]
+        evidence = [
+            (where(e, report, prefix="line ") + ":", e.text, note)
+            for e, note in [(e, "") for e in d.evidence] + wrapper
+        ]
+        diagnoses.append({
+            "heading": f"{d.severity.capitalize()}: {d.title}", "severity": d.severity, "category": d.category,
+            "rule": d.rule, "confidence": d.confidence, "summary": d.summary, "fixes": d.fixes,
+            "command": corrected_command(report, redact=False) if i == 0 else None,  # the Report is masked already
+            "numbers": described(d.numbers), "evidence": evidence,
+        })  # fmt: skip
+    return {
+        "title": f"vllm-doctor: {headline(report)}", "status": report.status, "input": describe_input(report),
+        "warnings": report.warnings, "timeline": timeline(report), "earlier": earlier_lives(report),
+        "diagnoses": diagnoses, "nothing": nothing(report), "capacity": capacity_line(report), "charts": charts,
+        "samples": report.series, "model": model_line(report), "work": work_rows(report),
+        "explanation": (report.facts.get("capacity") or {}).get("explanation"),
+        "gpu": gpu_lines(report.facts.get("gpu")),
+    }  # fmt: skip
 
 
-def document(title: str, head: str, text: str) -> str:
-    """A whole page: `head` (HTML) and `text` (the ticket's, escaped into a <pre>)."""
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body><main>{head}"
-        f'<section id="report"><h2>Report</h2><pre>{escape(text)}</pre></section></main></body></html>\n'
-    )
-
-
-def _samples(report: Report) -> str:
-    """The samples the queue chart draws, as vLLM printed them (every number of the chart)."""
-    rows = "".join(
-        f"<tr><td>{p['line']}</td><td>{escape(p['time'] or '')}</td>"
-        + "".join(f"<td>{'' if p.get(k) is None else p[k]}</td>" for k in ("running", "waiting", "kv_usage_pct"))
-        + "</tr>"
-        for p in report.series
-    )
-    head = "<tr><th>line</th><th>time</th><th>running</th><th>waiting</th><th>KV usage %</th></tr>"
-    return f"<details><summary>The {len(report.series)} samples drawn</summary><table>{head}{rows}</table></details>"
+def document(title: str, text: str) -> str:
+    """A page whose content is `text` as written, in a <pre> (a plan's Markdown)."""
+    return _env().get_template("text.html.j2").render(title=title, text=text)
 
 
 def attachments(
-    report: Report | None, markdown: Callable[[], str], mask: Callable[[str], str] | None = None
+    report: Report | None, redactor: Redactor | None = None, ended: Callable[[], dict[str, Any]] | None = None
 ) -> list[tuple[str, Callable[[], str]]]:
     """serve's incident files beside report.md: (name, make) for memory.svg and queue.svg when
-    there is something to draw, and report.html around report.md's text (masked by `mask` before
-    it is escaped, so a secret with a & in it is still found)."""
+    there is something to draw, and report.html, with how the server ended (`ended`), masked by
+    `redactor` (None: not masked: serve's --no-redact)."""
     if report is None:
         return []
     out: list[tuple[str, Callable[[], str]]] = []
@@ -105,7 +129,7 @@ def attachments(
             continue
         if picture is not None:
             out.append((name, partial(str.__add__, _XML, picture)))
-    out.append(("report.html", lambda: page(report, mask(markdown()) if mask else markdown(), mask)))
+    out.append(("report.html", lambda: render(report, redactor is not None, redactor, ended() if ended else None)))
     return out
 
 

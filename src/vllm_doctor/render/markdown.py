@@ -17,6 +17,7 @@ from vllm_doctor.render.summary import (
     gpu_lines,
     headline,
     model_line,
+    nothing,
     timeline,
     where,
     work_rows,
@@ -35,7 +36,7 @@ def render(report: Report, redact: bool = True, flavor: str = "plain") -> str:
         out += [f"### {title}", ""] + [f"- {b}" for b in body] + [""]
     cap = capacity_line(report)
     if not report.diagnoses:
-        out += [_nothing(report), ""]
+        out += [nothing(report), ""]
     for i, d in enumerate(report.diagnoses):
         out += [f"### {d.severity.capitalize()}: {d.title}", ""]
         out += [f"`{d.category}` · rule `{d.rule}` · {d.confidence} confidence", "", d.summary, ""]
@@ -77,14 +78,6 @@ def render(report: Report, redact: bool = True, flavor: str = "plain") -> str:
 def _cell(text: str) -> str:
     """A table cell: a "|" in it would end the cell (GitHub, GitLab and Jira alike)."""
     return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _nothing(report: Report) -> str:
-    if report.status == "healthy":
-        return "No failure found in this log."
-    if report.empty:
-        return "The input is empty."
-    return "No failure found, and no sign of why it stopped." if report.lifetimes else "No vLLM output recognised."
 
 
 def _markdown_work(report: Report) -> list[str]:

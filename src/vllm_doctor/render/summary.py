@@ -3,6 +3,7 @@ capacity arithmetic, this machine's GPUs, and where an evidence line stands."""
 
 from __future__ import annotations
 
+import os
 import re
 
 from vllm_doctor.data import Evidence, Report
@@ -63,16 +64,40 @@ def _hhmm(time: str | None) -> str:
     return time[6:11] if time and len(time) >= 11 else "--:--"
 
 
+def nothing(report: Report) -> str:
+    """What a report with no diagnosis says instead."""
+    if report.status == "healthy":
+        return "No failure found in this log."
+    if report.empty:
+        return "The input is empty."
+    return "No failure found, and no sign of why it stopped." if report.lifetimes else "No vLLM output recognised."
+
+
 def describe_input(report: Report) -> str:
     f = report.facts
     if isinstance(f.get("preflight"), dict):
         return str(f["preflight"]["input"])
-    parts = [", ".join(report.paths) + f" ({report.lines:,} lines)"]
+    many = f"{len(report.paths)} inputs, " if len(report.paths) > 3 else ""
+    parts = [f"{inputs(report.paths)} ({many}{report.lines:,} lines)"]
     if f.get("vllm_version"):
         parts.append(f"vLLM {f['vllm_version']}")
     if f.get("model"):
         parts.append(f"model {f['model']}")
     return " · ".join(parts)
+
+
+def inputs(paths: list[str]) -> str:
+    """The inputs in one phrase: a few by name; a numbered series (12 scrapes) as its first and
+    last numbers, `dir/queue.metrics-{0..11}.txt`; other many as the first, … the last."""
+    if len(paths) <= 3:
+        return ", ".join(paths)
+    first, last = paths[0], paths[-1]
+    lead = os.path.commonprefix([first, last]).rstrip("0123456789")  # not into a number
+    tail = os.path.commonprefix([first[len(lead) :][::-1], last[len(lead) :][::-1]])[::-1].lstrip("0123456789")
+    a, b = first[len(lead) : len(first) - len(tail)], last[len(lead) : len(last) - len(tail)]
+    if a.isdigit() and b.isdigit() and paths == [f"{lead}{n}{tail}" for n in range(int(a), int(b) + 1)]:
+        return f"{lead}{{{a}..{b}}}{tail}"
+    return f"{first}, … {last}"
 
 
 def model_line(report: Report) -> str | None:
@@ -144,7 +169,10 @@ def capacity_line(report: Report) -> str | None:
 
 
 def where(e: Evidence, report: Report, prefix: str = "") -> str:
-    """An evidence line's place: `path:line` when several inputs were read, else the line number."""
+    """An evidence line's place: `path:line` when several inputs were read, else the line number;
+    a scrape's, its file (its evidence line says which scrape it was)."""
+    if len(report.paths) > 1 and "metrics" in report.facts:
+        return report.paths[e.source]
     return f"{report.paths[e.source]}:{e.line}" if len(report.paths) > 1 else f"{prefix}{e.line}"
 
 

@@ -9,7 +9,7 @@ report's: vLLM's samples and memory figures, the diagnosis's numbers; none is in
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape, quoteattr
+from markupsafe import escape  # the one escaper of the HTML page too (html.py's template)
 
 from vllm_doctor.data import Life, Report
 from vllm_doctor.matching.expr import fmt
@@ -36,7 +36,7 @@ _STYLE = "<style>@media (max-width: 520px) { svg text { font-size: 20px } }</sty
 def _svg(height: float, title: str, body: list[str]) -> str:
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height:.0f}" width="100%" role="img" '
-        f'font-family="system-ui, sans-serif" font-size="13" aria-label={quoteattr(title)}>'
+        f'font-family="system-ui, sans-serif" font-size="13" aria-label="{escape(title)}">'
         f"<title>{escape(title)}</title>{_STYLE}" + "".join(body) + "</svg>\n"
     )
 

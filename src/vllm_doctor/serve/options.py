@@ -27,6 +27,7 @@ class ServeOptions:
     watch_samples: int = 3  # consecutive stats samples waiting with a near-full KV cache
     redact: bool = True
     rules: list[Rule] | None = None  # loaded before the child starts (--rules); None: the built-in ones
+    termination_log: Path | None = None  # the termination message on a bad exit; None: termination.default_path()
     stdout_fd: int = 1
     stderr_fd: int = 2
 
@@ -46,6 +47,7 @@ class Outcome:
     internal_errors: list[str] = field(default_factory=list)
     bad_reasons: list[str] = field(default_factory=list)
     report_dir: Path | None = None
+    cause: tuple[list[str], list[str]] | None = None  # the termination message's lines (termination.cause)
     started: float = 0.0
     ended: float = 0.0
 

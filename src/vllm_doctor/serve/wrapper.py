@@ -253,4 +253,7 @@ def run(opts: ServeOptions) -> Outcome:
     except Exception as e:  # the report is a bonus; the status is the child's regardless
         o.internal_errors.append(f"report: {type(e).__name__}: {e}")
         say(opts, f"vllm-doctor: could not finish the report ({type(e).__name__}: {e}); raw output in {w.capture_path}")
+    from vllm_doctor.serve.termination import tell
+
+    tell(opts, o, w.argv)  # Kubernetes' termination message: the cause in `kubectl describe pod`
     return o
