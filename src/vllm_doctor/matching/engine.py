@@ -15,7 +15,7 @@ from vllm_doctor.data import EVIDENCE_CHARS, Line, Match, Rule, cut_evidence
 from vllm_doctor.knowledge.facts import ARGS, SERIES_FIELDS, Facts, convert, number
 from vllm_doctor.matching.loader import compile_regex
 from vllm_doctor.read import lineparse
-from vllm_doctor.read.logread import CONTEXT_AFTER  # the lines after a hit the reader delivers
+from vllm_doctor.read.logread import CONTEXT_AFTER, Bulk  # the lines after a hit the reader delivers
 from vllm_doctor.read.prefilter import Prefilter
 
 MAX_EVIDENCE = 6  # evidence lines kept per rule
@@ -46,6 +46,11 @@ class Engine:
                 by_anchor[anchors[a]].append(index)
         self.prefilter = Prefilter(anchors)
         self._by_anchor = by_anchor
+        self._family = _families(rules, by_anchor)
+        if self._family:
+            self.prefilter.bulk_ids = frozenset(self._family)
+            self.prefilter.take = self._take
+        self._run: list | None = None  # the bulk lines being read: [key, facts, first Line, last Line]
         # rules that mark a phase go first on a line, a start first of all: a restart's banner opens
         # its lifetime before the same line's other facts (the version, the model, the cache size)
         self._order = {i: (r.phase != "server_start", r.phase is None, i) for i, r in enumerate(rules)}
@@ -66,15 +71,19 @@ class Engine:
             self._compiled[index] = compiled
         return compiled
 
-    def run(self, lines: Iterable[Line], facts: Facts, router: Router | None = None) -> dict[str, Match]:
+    def run(self, lines: Iterable[Line | Bulk], facts: Facts, router: Router | None = None) -> dict[str, Match]:
         """Feed every candidate line through the rules; returns diagnosis matches by rule id.
         With a router, each match fills the facts and matches the router gives for its line."""
         matches: dict[str, Match] = {}
         self._router = router
         covered: dict[int, tuple[int, int]] = {}  # rule index -> (source, last line used by a match)
         for prev, line, nexts in _neighbourhoods(lines):
+            if isinstance(line, Bulk):
+                self._bulk(line, facts, covered)
+                continue
             if not line.hit:
                 continue
+            self._end_run()
             candidates = sorted({r for a in line.anchors for r in self._by_anchor[a]}, key=self._order.__getitem__)
             for index in candidates:
                 done = covered.get(index)
@@ -84,7 +93,52 @@ class Engine:
                 used = self._match_rule(index, prev, line, nexts, floor, facts, matches)
                 if used:
                     covered[index] = (line.source, used)
+        self._end_run()
         return matches
+
+    def _take(self, raw: bytes, ids: set[int]) -> tuple | None:
+        """A hit line of one bulk family read whole, as _match_rule would read it alone: (rule
+        index, run key, the Line, the matches' groups); None where the general path must read it
+        (another prefix, a payload, a pattern that matches only joined to the next line)."""
+        families = {self._family[i] for i in ids}
+        if len(families) != 1:
+            return None
+        text = raw.decode("utf-8", "replace")
+        parsed = lineparse.plain(text)
+        if parsed is None:
+            return None
+        key, message, process, level = parsed
+        if message.endswith((lineparse.PAYLOAD, lineparse.PAYLOAD_OPEN)):
+            return None
+        index = families.pop()
+        line = Line(no=0, text=message, raw=text, process=process, level=level)
+        found = self._search(index, self._patterns(index)[0], message, level)
+        return (index, key, line, found) if found else None
+
+    def _bulk(self, item: Bulk, facts: Facts, covered: dict[int, tuple[int, int]]) -> None:
+        """A bulk line's facts, as _record fills them. Consecutive ones of one process go to one
+        lifetime: it is asked for the first line of the run and told the last (_end_run)."""
+        index, key, line, found = item.taken
+        done = covered.get(index)
+        if done and done[0] == item.source and item.no <= done[1]:
+            return
+        line.no, line.source = item.no, item.source
+        rule = self.rules[index]
+        run = self._run
+        if run is None or run[0] != (index, item.source, key):
+            self._end_run()
+            if self._router is not None:
+                facts = self._router.route(rule, line)[0]
+            run = self._run = [(index, item.source, key), facts, line, line]
+        run[3] = line
+        for groups in found:
+            _fill_facts(rule, groups, line, run[1])
+        covered[index] = (item.source, item.no)
+
+    def _end_run(self) -> None:
+        run, self._run = self._run, None
+        if run is not None and run[3] is not run[2] and self._router is not None:
+            self._router.route(self.rules[run[0][0]], run[3])
 
     def _match_rule(self, index, prev, line, nexts, floor, facts, matches) -> int:
         """Try one rule around one line; returns the last line number used, 0 when no match.
@@ -150,6 +204,17 @@ class Engine:
                 e.line == w.no and e.source == w.source for e in match.evidence
             ):
                 match.evidence.append(cut_evidence(w.no, w.raw.strip(), w.source))
+
+
+def _families(rules: list[Rule], by_anchor: list[list[int]]) -> dict[int, int]:
+    """anchor id -> rule index, for the anchors only a bulk family's rule holds: the fact rules of
+    the access and stats series, a single pattern each (their lines are most of a serving log)."""
+    out = {}
+    for anchor, holders in enumerate(by_anchor):
+        rule = rules[holders[0]]
+        if len(holders) == 1 and rule.series in ("access", "stats") and not rule.phase and len(rule.patterns) == 1:
+            out[anchor] = holders[0]
+    return out
 
 
 def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) -> None:
@@ -247,11 +312,15 @@ def _is_tail(line: Line, before: Line) -> bool:
     return bool(head) and (head.islower() or head in " ,.;:)]'\"")
 
 
-def _without_payload_rest(lines: Iterable[Line]) -> Iterator[Line]:
+def _without_payload_rest(lines: Iterable[Line | Bulk]) -> Iterator[Line | Bulk]:
     """The lines, less the rest of a request payload a terminal wrapped onto the next lines: a
     user's prompt is data, never a message (read/lineparse.py keeps only a payload line's head)."""
     open_at: tuple[int, int] | None = None  # (source, line) of the payload's last piece seen
     for line in lines:
+        if isinstance(line, Bulk):  # a line with a prefix: it ends a payload, as any such line
+            open_at = None
+            yield line
+            continue
         if open_at is not None:
             near = line.source == open_at[0] and 0 < line.no - open_at[1] <= lineparse.PAYLOAD_REST_LINES
             rest = lineparse.payload_rest(line.text, _bare(line)) if near else False
@@ -267,19 +336,31 @@ def _without_payload_rest(lines: Iterable[Line]) -> Iterator[Line]:
 
 
 def _neighbourhoods(
-    lines: Iterable[Line], after: int = CONTEXT_AFTER
-) -> Iterator[tuple[Line | None, Line, list[Line]]]:
-    """(previous line, line, next lines) for every line, streaming."""
+    lines: Iterable[Line | Bulk], after: int = CONTEXT_AFTER
+) -> Iterator[tuple[Line | None, Line | Bulk, list[Line]]]:
+    """(previous line, line, next lines) for every line, streaming. A bulk line is nobody's
+    neighbour: it comes (alone) right after the line before it, in order."""
     size = after + 2
     buf: list[Line] = []
+    later: dict[int, list[Bulk]] = {}  # id of a line not yet a centre -> the bulk lines after it
     for line in _without_payload_rest(lines):
+        if isinstance(line, Bulk):
+            if buf:  # the last line read is not a centre yet (one is, once `after` lines follow it)
+                later.setdefault(id(buf[-1]), []).append(line)
+            else:
+                yield None, line, []
+            continue
         buf.append(line)
         if len(buf) > size:
             del buf[0]
         if len(buf) >= after + 1:
             centre = len(buf) - after - 1
             yield (buf[centre - 1] if centre > 0 else None), buf[centre], buf[centre + 1 :]
+            for item in later.pop(id(buf[centre]), ()):
+                yield None, item, []
     # the last lines (or all of a short input) have not been a centre yet
     start = max(0, len(buf) - after)
     for centre in range(start, len(buf)):
         yield (buf[centre - 1] if centre > 0 else None), buf[centre], buf[centre + 1 :]
+        for item in later.pop(id(buf[centre]), ()):
+            yield None, item, []

@@ -20,7 +20,7 @@ from vllm_doctor.read import lineparse
 from vllm_doctor.read.prefilter import Prefilter
 from vllm_doctor.read.source import Holes, ReadError, Source, open_input
 
-__all__ = ["ReadError", "ReadStats", "read", "holds_any", "ChunkLines"]
+__all__ = ["ReadError", "ReadStats", "read", "holds_any", "ChunkLines", "Bulk"]
 
 BLOCK = 16 << 20  # bytes read at a time
 REGION = 1 << 20  # bytes of whole lines scanned and selected at a time (bounds the hits held at once)
@@ -37,6 +37,17 @@ CONTEXT_BEFORE = 1
 CONTEXT_AFTER = 5  # lines a wrapped or split message may continue on (the engine joins as many)
 
 
+@dataclass(slots=True)
+class Bulk:
+    """A hit line the prefilter's `take` read whole (an access or stats line, the bulk of a serving
+    log): what it made of the line, in place of a Line. It pulls in no context, and is a
+    neighbour of nothing (a hit next to it reads it as a context line, as any other)."""
+
+    no: int
+    source: int
+    taken: Any
+
+
 @dataclass
 class ReadStats:
     lines: int = 0  # physical lines over all inputs
@@ -44,7 +55,7 @@ class ReadStats:
     warnings: list[str] = field(default_factory=list)
 
 
-def read(paths: list[str], prefilter: Prefilter, stats: ReadStats) -> Iterator[Line]:
+def read(paths: list[str], prefilter: Prefilter, stats: ReadStats) -> Iterator[Line | Bulk]:
     """Candidate lines (and their context) of every input, in order."""
     for index, path in enumerate(paths):
         stream, owned = open_input(path)
@@ -60,10 +71,10 @@ def holds_any(paths: list[str], anchors: list[str]) -> bool:
     same repairs of the bytes, the same prefilter): a pass at the prefilter's speed, which stops
     at the first such line. A rule can match only on a line that holds one of its anchors."""
     stats = ReadStats()
-    return bool(anchors) and any(line.hit for line in read(paths, Prefilter(anchors), stats))
+    return bool(anchors) and any(isinstance(line, Bulk) or line.hit for line in read(paths, Prefilter(anchors), stats))
 
 
-def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: ReadStats) -> Iterator[Line]:
+def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: ReadStats) -> Iterator[Line | Bulk]:
     """One input, through one reused buffer: [0:have) holds the bytes not yet split into lines.
 
     Each fill is cut after its last newline; the whole lines before the cut are scanned, the
@@ -108,7 +119,9 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
             hi = buf.find(b"\n", min(lo + REGION, cut - 1), cut) + 1
             selected, need_after, count = _select(buf, lo, hi, base, pf, tail, need_after)
             for no, raw, anchors, hit in selected:
-                if no > emitted:
+                if hit is None:
+                    yield Bulk(no, source, raw)
+                elif no > emitted:
                     emitted = no
                     yield from _line(no, raw, source, anchors, hit, pf)
             tail = _tail(buf, lo, hi, base + count)
@@ -193,7 +206,8 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
     """Hit lines and their context in buf[lo:cut], which ends with a newline.
 
     Returns ([(line no, bytes, anchors, hit)] sorted by line, context lines owed by the next
-    region, the number of lines in the region).
+    region, the number of lines in the region). A hit line the prefilter's `take` reads whole
+    comes as (line no, what it made of it, (), None), and pulls in no context.
     """
     picked: dict[int, tuple[Any, tuple[int, ...], bool]] = {}  # bytes, or what cuts a long line (_cut)
     pos = lo
@@ -206,7 +220,13 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
         picked[base + i + 1] = (_visible(buf, pos, end), (), False)
         pos = end + 1
     hits, counted_to, newlines = _hit_lines(buf, lo, cut, base, pf)
+    bulk: list[tuple[int, Any, tuple[int, ...], bool | None]] = []
     for no, start, end, anchor_ids in hits:
+        if pf.take is not None and pf.exact and end - start <= MAX_LINE and anchor_ids <= pf.bulk_ids:
+            taken = pf.take(bytes(buf[start:end]), anchor_ids)
+            if taken is not None:
+                bulk.append((no, taken, (), None))
+                continue
         if end - start > MAX_LINE:  # cut in place, as it is read: a line of megabytes is never copied whole
             picked[no] = (partial(_cut, buf, start, end, pf), (), True)
         else:
@@ -235,7 +255,10 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
                 picked[n] = (_visible(buf, e, ne), (), False)
             e = ne + 1
     newlines += buf.count(b"\n", counted_to, cut)
-    return sorted((no, *v) for no, v in picked.items()), owed, newlines
+    lines: list[tuple[int, Any, tuple[int, ...], bool | None]] = sorted((no, *v) for no, v in picked.items())
+    if bulk:  # a line read as context and as a bulk line: the context line first
+        lines = sorted(lines + bulk, key=lambda e: (e[0], e[3] is None)) if lines else bulk
+    return lines, owed, newlines
 
 
 def _hit_lines(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter):

@@ -14,7 +14,7 @@ and the engine is built on the first large one: `explain` of a short log starts 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 SMALL = 256 << 10  # buffers up to this size are scanned with bytes.find, one anchor at a time
@@ -38,6 +38,10 @@ class Prefilter:
         self._built = False
         self.exact = True  # bytes.find, until a large buffer builds the engine
         self.engine = "find" if self._encoded else "none"
+        # Hit lines that hold only these anchors are offered to take(line bytes, anchor ids) first
+        # (matching/engine.py's bulk families); what it returns stands for the line (logread.Bulk).
+        self.bulk_ids: frozenset[int] = frozenset()
+        self.take: Callable[[bytes, set[int]], Any] | None = None
 
     def _build(self) -> None:
         self._built = True
