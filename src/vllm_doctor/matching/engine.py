@@ -14,7 +14,8 @@ from typing import Any, Protocol
 from vllm_doctor.data import EVIDENCE_CHARS, Line, Match, Rule, cut_evidence
 from vllm_doctor.knowledge.facts import ARGS, SERIES_FIELDS, Facts, convert, number
 from vllm_doctor.matching.loader import compile_regex
-from vllm_doctor.read import lineparse
+from vllm_doctor.read import bulk, lineparse
+from vllm_doctor.read.bulk import Family
 from vllm_doctor.read.logread import CONTEXT_AFTER, Bulk  # the lines after a hit the reader delivers
 from vllm_doctor.read.prefilter import Prefilter
 
@@ -46,7 +47,7 @@ class Engine:
                 by_anchor[anchors[a]].append(index)
         self.prefilter = Prefilter(anchors)
         self._by_anchor = by_anchor
-        self._family = _families(rules, by_anchor)
+        self._family, self.prefilter.families = _families(rules, by_anchor, list(anchors))
         if self._family:
             self.prefilter.bulk_ids = frozenset(self._family)
             self.prefilter.take = self._take
@@ -97,32 +98,30 @@ class Engine:
         return matches
 
     def _take(self, raw: bytes, ids: set[int]) -> tuple | None:
-        """A hit line of one bulk family read whole, as _match_rule would read it alone: (rule
-        index, run key, the Line, the matches' groups); None where the general path must read it
-        (another prefix, a payload, a pattern that matches only joined to the next line)."""
+        """A hit line of one family read whole, as _match_rule would read it alone: (rule index,
+        the line, the matches' groups, None), as read/bulk.py gives a family's line; None where
+        the general path must read it (another prefix, a payload, a pattern that matches only
+        joined to the next line)."""
         families = {self._family[i] for i in ids}
         if len(families) != 1:
             return None
         text = raw.decode("utf-8", "replace")
         parsed = lineparse.plain(text)
-        if parsed is None:
-            return None
-        key, message, process, level = parsed
-        if message.endswith((lineparse.PAYLOAD, lineparse.PAYLOAD_OPEN)):
+        if parsed is None or parsed[1].endswith((lineparse.PAYLOAD, lineparse.PAYLOAD_OPEN)):
             return None
         index = families.pop()
-        line = Line(no=0, text=message, raw=text, process=process, level=level)
-        found = self._search(index, self._patterns(index)[0], message, level)
-        return (index, key, line, found) if found else None
+        found = self._search(index, self._patterns(index)[0], parsed[1], parsed[3])
+        return (index, text, found, None) if found else None
 
     def _bulk(self, item: Bulk, facts: Facts, covered: dict[int, tuple[int, int]]) -> None:
-        """A bulk line's facts, as _record fills them. Consecutive ones of one process go to one
-        lifetime: it is asked for the first line of the run and told the last (_end_run)."""
-        index, key, line, found = item.taken
+        """A family's line (or run of lines) read in bulk: its facts, as _record fills them.
+        Consecutive ones of one process go to one lifetime: it is asked for the first line of
+        the run and told the last (_end_run), which is the state asking for each gives."""
+        index, text, found, last = item.taken
         done = covered.get(index)
         if done and done[0] == item.source and item.no <= done[1]:
             return
-        line.no, line.source = item.no, item.source
+        line, key = _plain_line(item.no, item.source, text)
         rule = self.rules[index]
         run = self._run
         if run is None or run[0] != (index, item.source, key):
@@ -130,10 +129,16 @@ class Engine:
             if self._router is not None:
                 facts = self._router.route(rule, line)[0]
             run = self._run = [(index, item.source, key), facts, line, line]
-        run[3] = line
-        for groups in found:
-            _fill_facts(rule, groups, line, run[1])
-        covered[index] = (item.source, item.no)
+        if last is None:
+            for groups in found:
+                _fill_facts(rule, groups, line, run[1])
+            run[3] = line
+        else:  # a run of a counted family (access lines): each value as often as it was seen
+            [(group, name)] = rule.facts.items()
+            for value, times in found.items():
+                _fill_facts(rule, {group: value}, line, run[1], times)
+            run[3] = _plain_line(last[0], item.source, last[1])[0]
+        covered[index] = (item.source, run[3].no)
 
     def _end_run(self) -> None:
         run, self._run = self._run, None
@@ -206,18 +211,33 @@ class Engine:
                 match.evidence.append(cut_evidence(w.no, w.raw.strip(), w.source))
 
 
-def _families(rules: list[Rule], by_anchor: list[list[int]]) -> dict[int, int]:
-    """anchor id -> rule index, for the anchors only a bulk family's rule holds: the fact rules of
-    the access and stats series, a single pattern each (their lines are most of a serving log)."""
-    out = {}
+def _families(rules: list[Rule], by_anchor: list[list[int]], anchors: list[str]) -> tuple[dict[int, int], list[Family]]:
+    """anchor id -> rule index, for the anchors only a family's rule holds (the fact rules of the
+    access and stats series, one pattern each: their lines are most of a serving log), and the
+    families whose rule has a bulk form (read/bulk.py)."""
+    of: dict[int, int] = {}
     for anchor, holders in enumerate(by_anchor):
         rule = rules[holders[0]]
         if len(holders) == 1 and rule.series in ("access", "stats") and not rule.phase and len(rule.patterns) == 1:
-            out[anchor] = holders[0]
-    return out
+            of[anchor] = holders[0]
+    families = []
+    for index in sorted(set(of.values())):
+        rule = rules[index]
+        if rule.bulk and all(anchors.index(a) in of for a in rule.anchors):
+            counted = rule.series == "access" and len(rule.facts) == 1
+            families.append(Family(index, *bulk.compile(rule.bulk), tuple(a.encode() for a in rule.anchors), counted))
+    return of, families
 
 
-def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) -> None:
+def _plain_line(no: int, source: int, text: str) -> tuple[Line, str]:
+    """A family's line as a Line, and the prefix it shares with its process's other lines."""
+    parsed = lineparse.plain(text)
+    assert parsed is not None  # a family's form is a plain line (tests/matching/test_engine_bulk.py)
+    key, message, process, level = parsed
+    return Line(no=no, text=message, raw=text, source=source, process=process, level=level), key
+
+
+def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts, times: int = 1) -> None:
     if rule.series:
         kinds = SERIES_FIELDS[rule.series]
         sample: dict[str, Any] = {}  # typed per field: a mangled line's "99.x%" or 5000-digit count is no value
@@ -227,7 +247,7 @@ def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) ->
             if name and value is not None:
                 sample[name] = value
         facts.add_sample(
-            rule.series, sample, line, line.raw.strip()[: EVIDENCE_CHARS + 1]
+            rule.series, sample, line, line.raw.strip()[: EVIDENCE_CHARS + 1], times
         )  # +1: cut_evidence() sees the cut
     else:
         for group, value in groups.items():

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any, BinaryIO
 
 from vllm_doctor.data import Line
-from vllm_doctor.read import lineparse
+from vllm_doctor.read import bulk, lineparse
 from vllm_doctor.read.prefilter import Prefilter
 from vllm_doctor.read.source import Holes, ReadError, Source, open_input
 
@@ -210,6 +210,7 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
     comes as (line no, what it made of it, (), None), and pulls in no context.
     """
     picked: dict[int, tuple[Any, tuple[int, ...], bool]] = {}  # bytes, or what cuts a long line (_cut)
+    spans: dict[int, tuple[int, int, bool]] = {}  # line no -> (start, end, hit) of the lines picked here
     pos = lo
     owed = 0
     for i in range(need_after):  # context owed to a hit at the end of the previous region
@@ -218,14 +219,19 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
             owed = need_after - i
             break
         picked[base + i + 1] = (_visible(buf, pos, end), (), False)
+        spans[base + i + 1] = (pos, end, False)
         pos = end + 1
-    hits, counted_to, newlines = _hit_lines(buf, lo, cut, base, pf)
-    bulk: list[tuple[int, Any, tuple[int, ...], bool | None]] = []
+    fast = bool(pf.families) and pf.exact and bulk.covered(buf, lo, cut, pf.families)
+    hits, counted_to, newlines = _hit_lines(buf, lo, cut, base, pf, fast)
+    taken: list[tuple[int, Any, tuple[int, ...], bool | None]] = []
     for no, start, end, anchor_ids in hits:
-        if pf.take is not None and pf.exact and end - start <= MAX_LINE and anchor_ids <= pf.bulk_ids:
-            taken = pf.take(bytes(buf[start:end]), anchor_ids)
-            if taken is not None:
-                bulk.append((no, taken, (), None))
+        spans[no] = (start, end, True)
+        if fast:  # the families' anchors this line holds too (the general scan left them out)
+            anchor_ids.update(i for i in pf.bulk_ids if pf._encoded[i] in buf[start:end])
+        elif pf.take is not None and pf.exact and end - start <= MAX_LINE and anchor_ids <= pf.bulk_ids:
+            read = pf.take(bytes(buf[start:end]), anchor_ids)
+            if read is not None:
+                taken.append((no, read, (), None))
                 continue
         if end - start > MAX_LINE:  # cut in place, as it is read: a line of megabytes is never copied whole
             picked[no] = (partial(_cut, buf, start, end, pf), (), True)
@@ -243,6 +249,7 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
             n -= 1
             if n not in picked:
                 picked[n] = (_visible(buf, ps, s - 1), (), False)
+                spans[n] = (ps, s - 1, False)
             s = ps
         e, n = end + 1, no
         for k in range(CONTEXT_AFTER):
@@ -253,15 +260,18 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
             n += 1
             if n not in picked:
                 picked[n] = (_visible(buf, e, ne), (), False)
+                spans[n] = (e, ne, False)
             e = ne + 1
     newlines += buf.count(b"\n", counted_to, cut)
     lines: list[tuple[int, Any, tuple[int, ...], bool | None]] = sorted((no, *v) for no, v in picked.items())
-    if bulk:  # a line read as context and as a bulk line: the context line first
-        lines = sorted(lines + bulk, key=lambda e: (e[0], e[3] is None)) if lines else bulk
+    if fast:
+        taken = bulk.entries(buf, lo, cut, base, pf.families, spans)
+    if taken:  # a line read as context and in bulk: the context line first
+        lines = sorted(lines + taken, key=lambda e: (e[0], e[3] is None)) if lines else taken
     return lines, owed, newlines
 
 
-def _hit_lines(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter):
+def _hit_lines(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, general: bool = False):
     """(line no, start, end, anchor ids) of each line of buf[lo:cut] holding an anchor, and how
     far newlines were counted (offset, count), so that the caller counts each newline once."""
     counted_to = lo
@@ -270,7 +280,7 @@ def _hit_lines(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter):
     line_no = 0
     ids: set[int] = set()
     out = []
-    for hit_end, anchor in _scan(buf, lo, cut, pf):
+    for hit_end, anchor in _scan(buf, lo, cut, pf, general):
         at = hit_end - 1
         if line_start <= at < line_end:
             ids.add(anchor)
@@ -311,7 +321,8 @@ def _fragment(buf: bytearray, end: int, no: int, source: int, pf: Prefilter, hea
     return [_hit(no, piece, source, ids) for piece, ids in pieces]
 
 
-def _scan(data: bytes | bytearray, lo: int, hi: int, pf: Prefilter) -> Iterator[tuple[int, int]]:
+def _scan(data: bytes | bytearray, lo: int, hi: int, pf: Prefilter, general: bool = False
+          ) -> Iterator[tuple[int, int]]:  # fmt: skip
     """pf.scan over data[lo:hi] in REGION steps, offsets absolute: the hits held at once stay
     bounded however many anchors a megabyte line repeats. Each step overlaps the one before by
     the longest anchor, and the hits that ended in the overlap were yielded before."""
@@ -319,7 +330,8 @@ def _scan(data: bytes | bytearray, lo: int, hi: int, pf: Prefilter) -> Iterator[
     with memoryview(data) as view:
         for pos in range(lo, hi, REGION):
             seen_to = pos + longest if pos > lo else lo
-            for hit_end, anchor in pf.scan(view[pos : min(hi, pos + REGION + longest)]):
+            piece = view[pos : min(hi, pos + REGION + longest)]
+            for hit_end, anchor in pf.scan_general(piece) if general else pf.scan(piece):
                 if pos + hit_end > seen_to:
                     yield pos + hit_end, anchor
 
