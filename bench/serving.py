@@ -9,8 +9,8 @@ every 200, a real cache OOM at the end; --serving-tool names it where ../shared 
 and 200,000 V1 stats lines followed by fixtures/lab/cache-oom.log. Each is read by
 `vllm-doctor explain --format json --no-gpu` and by `rg -c -F -f anchors.txt` (the rules' own
 anchors), interleaved, the median of --repeat runs: the ratio is measured in the same run, so a
-busy machine slows both alike. Peak RSS is the child's own (os.wait4). The report must name the
-cache OOM, or the figure is void.
+busy machine slows both alike. Peak RSS is /usr/bin/time -v's (bench/run.py's timed). The
+report must name the cache OOM, or the figure is void. Needs ripgrep and GNU time.
 
 Bounds (--check; issue 20's targets): the serving log within 1x of rg, the stats lines within
 3x, peak RSS at most 100 MB.
@@ -24,14 +24,13 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = HERE / "out"
 sys.path.insert(0, str(HERE))
-from run import anchors_file, doctor, need  # noqa: E402
+from run import anchors_file, doctor, need, timed  # noqa: E402
 
 STATS = (
     "(APIServer pid=4021) INFO 11-20 10:{m:02d}:{s:02d} [loggers.py:236] Engine 000: Avg prompt throughput:"
@@ -59,16 +58,6 @@ def stats_log() -> Path:
     return path
 
 
-def run(cmd: list[str]) -> tuple[float, float, bytes]:
-    """(wall seconds, the child's peak RSS in MB, stdout)."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    out = proc.stdout.read() if proc.stdout else b""
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - start, usage.ru_maxrss / 1000, out
-
-
 def found(out: bytes) -> bool:
     report = json.loads(out)
     return bool(report["diagnoses"]) and report["diagnoses"][0]["category"] == "cache-oom"
@@ -80,11 +69,11 @@ def measure(name: str, log: Path, anchors: Path, repeat: int) -> dict:
     log.read_bytes()  # into the page cache for both
     ours, theirs, rss, ok = [], [], [], True
     for _ in range(repeat):
-        t, r, out = run(explain)
+        t, r, _rc, out = timed(explain)
         ours.append(t)
         rss.append(r)
         ok = ok and found(out)
-        theirs.append(run(rg)[0])
+        theirs.append(timed(rg)[0])
     mine, base = statistics.median(ours), statistics.median(theirs)
     return {"log": name, "MiB": log.stat().st_size / (1 << 20), "explain_s": mine, "rg_s": base,
             "ratio": mine / base, "rss_mb": max(rss), "found": ok}  # fmt: skip

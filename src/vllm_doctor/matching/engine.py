@@ -365,10 +365,14 @@ def _neighbourhoods(
     later: dict[int, list[Bulk]] = {}  # id of a line not yet a centre -> the bulk lines after it
     for line in _without_payload_rest(lines):
         if isinstance(line, Bulk):
-            if buf:  # the last line read is not a centre yet (one is, once `after` lines follow it)
-                later.setdefault(id(buf[-1]), []).append(line)
-            else:
-                yield None, line, []
+            if buf and buf[-1].no == line.no and buf[-1].source == line.source:
+                later.setdefault(id(buf[-1]), []).append(line)  # read as context too: after it
+                continue
+            # no line read after this one neighbours the lines held: they are centres now (so
+            # that a run of bulk lines holds nothing, however long)
+            yield from _rest(buf, after, later)
+            buf.clear()
+            yield None, line, []
             continue
         buf.append(line)
         if len(buf) > size:
@@ -378,9 +382,12 @@ def _neighbourhoods(
             yield (buf[centre - 1] if centre > 0 else None), buf[centre], buf[centre + 1 :]
             for item in later.pop(id(buf[centre]), ()):
                 yield None, item, []
-    # the last lines (or all of a short input) have not been a centre yet
-    start = max(0, len(buf) - after)
-    for centre in range(start, len(buf)):
+    yield from _rest(buf, after, later)
+
+
+def _rest(buf: list[Line], after: int, later: dict[int, list[Bulk]]):
+    """The lines held that have not been a centre yet (the last `after`, or all of a short input)."""
+    for centre in range(max(0, len(buf) - after), len(buf)):
         yield (buf[centre - 1] if centre > 0 else None), buf[centre], buf[centre + 1 :]
         for item in later.pop(id(buf[centre]), ()):
             yield None, item, []
