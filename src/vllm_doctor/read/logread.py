@@ -5,7 +5,8 @@ Memory stays flat: the input is read into one reused buffer, the prefilter finds
 in the raw bytes a region at a time, newlines are counted once, in C, and only the candidate
 lines (plus context either side, to undo terminal hard-wraps) are decoded and cleaned, the
 context lines only if a rule reads them; a long line is cut into pieces around every anchor in
-place. 1 GiB is read in about a second.
+place. 1 GiB is read in about a second. The access and stats lines of a serving log, most of
+its bytes, are read a region at a time by their rules' forms (bulk.py), not line by line.
 """
 
 from __future__ import annotations
