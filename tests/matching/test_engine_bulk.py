@@ -119,5 +119,5 @@ def test_a_bulk_form_reads_what_the_rule_reads(rules):
                 want = eng._search(f.key, eng._patterns(f.key)[0], parsed[1], parsed[3])
                 got = {k: v.decode() for k, v in m.groupdict().items() if v is not None}
                 assert want == [got], text
-                assert bulk.covered(bytearray(text.encode() + b"\n"), 0, len(text) + 1, fams)
+                assert bulk.covered(bytearray(text.encode() + b"\n"), 0, len(text) + 1, fams) == [f]
     assert seen > 20

@@ -222,7 +222,8 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
         picked[base + i + 1] = (_visible(buf, pos, end), (), False)
         spans[base + i + 1] = (pos, end, False)
         pos = end + 1
-    fast = bool(pf.families) and pf.exact and bulk.covered(buf, lo, cut, pf.families)
+    present = bulk.covered(buf, lo, cut, pf.families) if pf.families and pf.exact else None
+    fast = present is not None
     hits, counted_to, newlines = _hit_lines(buf, lo, cut, base, pf, fast)
     taken: list[tuple[int, Any, tuple[int, ...], bool | None]] = []
     for no, start, end, anchor_ids in hits:
@@ -265,8 +266,8 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
             e = ne + 1
     newlines += buf.count(b"\n", counted_to, cut)
     lines: list[tuple[int, Any, tuple[int, ...], bool | None]] = sorted((no, *v) for no, v in picked.items())
-    if fast:
-        taken = bulk.entries(buf, lo, cut, base, pf.families, spans)
+    if present:
+        taken = bulk.entries(buf, lo, cut, base, present, spans)
     if taken:  # a line read as context and in bulk: the context line first
         lines = sorted(lines + taken, key=lambda e: (e[0], e[3] is None)) if lines else taken
     return lines, owed, newlines
