@@ -99,7 +99,7 @@ class Engine:
 
     def _take(self, raw: bytes, ids: set[int]) -> tuple | None:
         """A hit line of one family read whole, as _match_rule would read it alone: (rule index,
-        the line, the matches' groups, None), as read/bulk.py gives a family's line; None where
+        its text, the matches' groups, None), as read/bulk.py gives a family's line; None where
         the general path must read it (another prefix, a payload, a pattern that matches only
         joined to the next line)."""
         families = {self._family[i] for i in ids}
@@ -134,7 +134,7 @@ class Engine:
                 _fill_facts(rule, groups, line, run[1])
             run[3] = line
         else:  # a run of a counted family (access lines): each value as often as it was seen
-            [(group, name)] = rule.facts.items()
+            [group] = rule.facts
             for value, times in found.items():
                 _fill_facts(rule, {group: value}, line, run[1], times)
             run[3] = _plain_line(last[0], item.source, last[1])[0]
@@ -225,7 +225,9 @@ def _families(rules: list[Rule], by_anchor: list[list[int]], anchors: list[str])
         rule = rules[index]
         if rule.bulk and all(anchors.index(a) in of for a in rule.anchors):
             counted = rule.series == "access" and len(rule.facts) == 1
-            families.append(Family(index, *bulk.compile(rule.bulk), tuple(a.encode() for a in rule.anchors), counted))
+            families.append(
+                Family(index, *bulk.compile_form(rule.bulk), tuple(a.encode() for a in rule.anchors), counted)
+            )
     return of, families
 
 

@@ -4,8 +4,8 @@ step per access line.
 A running server writes an access line per request and a stats line every few seconds; each is
 a hit of one fact rule's anchors only (matching/engine.py's families: a rule's `bulk` form, the
 whole line as uvicorn or vLLM's logger writes it). When every anchor of the families in a region
-lies in a line of its family's form (one `sub` per family, then a search of what is left),
-the region's other anchors are scanned without the families' (Prefilter.scan_general), and the
+lies in a line of its family's form (byte counts, and one findall per family present), the
+region's other anchors are scanned without the families' (Prefilter.scan_general), and the
 families' lines are read here: the stats lines one by one (each is a sample), the access lines
 between two other lines read as one run, counted by status. Elsewhere the region is read line by
 line, as any other.
@@ -22,7 +22,7 @@ from typing import Any
 @dataclass
 class Family:
     key: int  # what the engine knows the family by (its rule's index)
-    form: re.Pattern[bytes]  # the rule's bulk form, a whole line, with the rule's named groups (compile())
+    form: re.Pattern[bytes]  # the rule's bulk form, a whole line, with the rule's named groups (compile_form())
     whole: re.Pattern[bytes]  # the same without its groups: findall gives the lines
     anchors: tuple[bytes, ...]  # the anchors only its rule holds
     counted: bool  # its lines are only counted by their one group's value (access), not read one by one
@@ -31,7 +31,7 @@ class Family:
 _META = set(".^$*+?{}[]|()\\")
 
 
-def compile(text: str) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+def compile_form(text: str) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
     """A bulk form as a whole line: (with its groups, without). The form's leading literal opens
     the pattern, checked to start a line by a lookbehind: `re` then finds candidates with a fast
     substring search (ten times faster than a multiline ^, which is tried at every byte)."""
