@@ -81,6 +81,7 @@ class Rule:
     patterns: list[Pattern] = field(default_factory=list)
     facts: dict[str, str] = field(default_factory=dict)  # named group -> fact name
     series: str | None = None  # fact rules: "stats" feeds the stats series
+    bulk: str | None = None  # built-in series rules: the whole line in its plain form, read in bulk (read/bulk.py)
     phase: str | None = None  # fact rules: marks a startup phase at the matched line
     checks: list[str] = field(default_factory=list)
     when: str | None = None

@@ -347,14 +347,15 @@ class Facts:
     # (line, blob) of every argument dump and command line, as printed: knowledge/command.py rebuilds the serve line
     arg_dumps: deque = field(default_factory=lambda: deque(maxlen=ARG_DUMPS_KEPT))
 
-    def add_sample(self, series: str, sample: dict[str, Any], line: Line, text: str) -> None:
-        """One match of a `series` rule: a stats sample, or a traceback record."""
+    def add_sample(self, series: str, sample: dict[str, Any], line: Line, text: str, times: int = 1) -> None:
+        """One match of a `series` rule: a stats sample, or a traceback record; `times` access lines
+        alike (a run of them, read in bulk: read/bulk.py)."""
         if series == "traceback":
             self.traceback.append(TracebackRecord(line.no, line.source, line.process, line.level, text, sample))
         elif series == "access":
             if sample.get("status") is not None:
                 key = f"{sample['status'] // 100}xx"
-                self.access[key] = self.access.get(key, 0) + 1
+                self.access[key] = self.access.get(key, 0) + times
         else:
             self.stats.add(sample, line.no, line.source, text)
 

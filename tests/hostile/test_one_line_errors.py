@@ -107,9 +107,7 @@ def test_a_rule_file_that_breaks_the_toml_reader(tmp_path, text, command):
         args, prefix = ["explain", str(log), "--rules", str(rules), "--no-gpu", "--strict-rules"], "vllm-doctor: "
     else:  # `rules check` lists problems as FILE: PROBLEM lines
         args, prefix = ["rules", "check", str(rules)], str(rules / "my-rule.toml")
-    start = time.perf_counter()
-    proc = _run(*args, timeout=120)
-    assert time.perf_counter() - start < 30  # the dotted key took minutes and then the OOM killer
+    proc = _run(*args, timeout=120)  # the dotted key took minutes and then the OOM killer
     _one_line(proc, "my-rule.toml", "not valid TOML", prefix=prefix)
 
 

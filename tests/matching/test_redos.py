@@ -11,7 +11,6 @@ nothing to time (tests/matching/test_linear.py, tests/hostile/test_hostile_rules
 
 from __future__ import annotations
 
-import time
 import tomllib
 from pathlib import Path
 
@@ -145,18 +144,34 @@ def _worst_megabyte_lines(rule, index, text) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(("rule", "index", "key", "text"), PATTERNS, ids=IDS)
 def test_builtin_pattern_finishes_on_a_pathological_megabyte_line(tmp_path, rule, index, key, text):
-    """The line a pattern backtracks worst on, at 1 MB, in a log: read and matched in under
-    a second (the reader hands the pattern a window of it; the pattern is fast on that)."""
+    """The line a pattern backtracks worst on, at 1 MB, in a log: read and matched, the pattern
+    never given more than a window of it (the bound `rules check` probes each pattern at), and no
+    search hits the time limit. Held by what is searched, not by the clock of a busy machine."""
+    searched: list[int] = []
+
+    class Watched:
+        def __init__(self, rx):
+            self.rx = rx
+
+        def search(self, text, **k):
+            searched.append(len(text))
+            return self.rx.search(text, **k)
+
+        def finditer(self, text, **k):
+            searched.append(len(text))
+            return self.rx.finditer(text, **k)
+
     for what, line in _worst_megabyte_lines(rule, index, text):
         path = tmp_path / "hostile.log"
         path.write_text(f"first line\n{line}\nlast line\n", encoding="utf-8")
         eng = Engine([rule])
         stats = logread.ReadStats()
-        start = time.perf_counter()
-        eng.run(logread.read([str(path)], eng.prefilter, stats), Facts())
-        took = time.perf_counter() - start
-        assert took < 1.0, f"{took:.2f} s on a 1 MB line of {what}"
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(engine_mod, "compile_regex", lambda t, linear=False: Watched(compile_regex(t, linear)))
+            eng.run(logread.read([str(path)], eng.prefilter, stats), Facts())
         assert stats.lines == 3
+        assert max(searched, default=0) <= 2 * logread.WINDOW + 2 * logread.MARGIN + 64, what
+        assert eng.timeouts == 0, what
 
 
 def test_every_search_runs_under_the_regex_timeout(monkeypatch):
@@ -201,9 +216,7 @@ def test_a_rule_slow_on_every_line_skips_those_lines_and_still_finds_the_last_on
     monkeypatch.setattr(engine_mod, "RULE_BUDGET", 0.3)
     log = tmp_path / "hostile.log"
     log.write_text(("is a gated repository" + "x" * 8000 + "\n") * 400 + "\nmyorg/mymodel is a gated repository\n")
-    start = time.perf_counter()
     report = explain([str(log)], [rule])
-    assert time.perf_counter() - start < 10
     assert report.facts["model"] == "myorg/mymodel"
     [warning] = [w for w in report.warnings if "skipped those lines only (lines skipped): slow-rule (" in w]
     assert 300 < int(warning.rsplit("(", 1)[1].rstrip(")")) <= 400  # a line or two finish within the first limit

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import FIXTURES
 from vllm_doctor.read import lineparse
 from vllm_doctor.read.lineparse import parse, strip_colour
 
@@ -218,3 +219,42 @@ def test_the_rest_of_a_wrapped_payload_is_payload_until_its_end_or_a_traceback()
     assert lineparse.payload_rest("prompt_token_ids: None, lora_request: None.", True) is None
     assert lineparse.payload_rest("Traceback (most recent call last):", True) is False
     assert lineparse.payload_rest("Received request", False) is False  # a prefixed line is a new record
+
+
+PLAIN = [
+    'INFO:     127.0.0.1:53938 - "POST /v1/completions HTTP/1.1" 400 Bad Request',
+    "(APIServer pid=4021) INFO 11-20 10:05:12 [loggers.py:236] Engine 000: Avg prompt throughput: 1532.4 tokens/s,"
+    " Avg generation throughput: 410.7 tokens/s, Running: 48 reqs, Waiting: 17 reqs, GPU KV cache usage: 98.7%",
+    "(APIServer pid=7) INFO 11-30 00:47:38 [logger.py:43] Received request chatcmpl-f1: prompt: 'CUDA out of memory',"
+    " params: SamplingParams(n=1), prompt_token_ids: None, lora_request: None.",
+]
+NOT_PLAIN = [
+    f"\x1b[1;36m(APIServer pid=1)\x1b[0;0m INFO 05-01 12:00:40 [core.py:1] {MSG}",  # colour
+    'INFO:     127.0.0.1:1 - "GET /v1/models?a=1&amp;b=2 HTTP/1.1" 200 OK',  # an entity parse() undoes
+    "(APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] INFO 05-01 12:00:40 [core.py:1] x",  # stacked prefixes
+    f"[pod/vllm-0/vllm] (APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] {MSG}",  # a collector's
+    f"(APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] {MSG}\r",
+]
+
+
+@pytest.mark.parametrize("raw", PLAIN)
+def test_plain_forms_read_as_parse_reads_them(raw):
+    got = lineparse.plain(raw)
+    assert got is not None and got[1:] == parse(raw)
+
+
+@pytest.mark.parametrize("raw", NOT_PLAIN)
+def test_plain_declines_what_parse_would_change(raw):
+    assert lineparse.plain(raw) is None
+
+
+def test_plain_agrees_with_parse_on_every_recorded_line():
+    """Every line of every fixture and lab recording that plain() reads, it reads as parse() does."""
+    read = 0
+    for path in sorted(FIXTURES.rglob("*.log")):
+        for raw in path.read_bytes().decode("utf-8", "replace").split("\n"):
+            got = lineparse.plain(raw)
+            if got is not None:
+                read += 1
+                assert strip_colour(raw) == raw and got[1:] == parse(raw), (path, raw)
+    assert read > 1000

@@ -205,7 +205,7 @@ def test_stop_hang_escalates_to_sigkill(tmp_path, fake_bin):
     p.send_signal(signal.SIGINT)  # the second Ctrl-C: vLLM ignores it
     out, err = p.communicate(timeout=30)
     assert p.returncode == 137
-    assert 1.4 < time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 > 1.4  # not before the grace period (a busy machine only makes it later)
     text = err.decode()
     assert "waiting for connections to close; sent SIGKILL" in text
     (d,) = report_dirs(tmp_path)
@@ -256,11 +256,9 @@ def test_no_line_lost_under_100k_quick_lines(tmp_path, fake_bin):
         env=_env(FAKE_REPLAY=LAB / "healthy.log", FAKE_LINES=100_000),
         capture_output=True,
     )
-    t0 = time.monotonic()
     rc, out, err = run_serve(
         tmp_path, fake_bin, "--log-file", "capture.log", FAKE_REPLAY=LAB / "healthy.log", FAKE_LINES=100_000
     )
-    took = time.monotonic() - t0
     assert rc == 0
     assert out == direct.stdout
     assert err == direct.stderr
@@ -271,8 +269,7 @@ def test_no_line_lost_under_100k_quick_lines(tmp_path, fake_bin):
     assert [ln for ln in captured if ln in stdout_lines] == _lines(direct.stdout)  # in order
     quick = [ln for ln in captured if ln.startswith(b"quick ")]
     assert len(quick) == 100_000
-    assert took < 30
-    assert not report_dirs(tmp_path)
+    assert not report_dirs(tmp_path)  # (its speed is bench/passthrough.py's)
 
 
 def test_live_warning_once_and_never_mid_line(tmp_path, fake_bin):

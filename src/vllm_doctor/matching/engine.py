@@ -14,8 +14,9 @@ from typing import Any, Protocol
 from vllm_doctor.data import EVIDENCE_CHARS, Line, Match, Rule, cut_evidence
 from vllm_doctor.facts import ARGS, SERIES_FIELDS, Facts, convert, number
 from vllm_doctor.matching.loader import compile_regex
-from vllm_doctor.read import lineparse
-from vllm_doctor.read.logread import CONTEXT_AFTER  # the lines after a hit the reader delivers
+from vllm_doctor.read import bulk, lineparse
+from vllm_doctor.read.bulk import Family
+from vllm_doctor.read.logread import CONTEXT_AFTER, Bulk  # the lines after a hit the reader delivers
 from vllm_doctor.read.prefilter import Prefilter
 
 MAX_EVIDENCE = 6  # evidence lines kept per rule
@@ -46,6 +47,11 @@ class Engine:
                 by_anchor[anchors[a]].append(index)
         self.prefilter = Prefilter(anchors)
         self._by_anchor = by_anchor
+        self._family, self.prefilter.families = _families(rules, by_anchor, list(anchors))
+        if self._family:
+            self.prefilter.bulk_ids = frozenset(self._family)
+            self.prefilter.take = self._take
+        self._run: list | None = None  # the bulk lines being read: [key, facts, first Line, last Line]
         # rules that mark a phase go first on a line, a start first of all: a restart's banner opens
         # its lifetime before the same line's other facts (the version, the model, the cache size)
         self._order = {i: (r.phase != "server_start", r.phase is None, i) for i, r in enumerate(rules)}
@@ -66,15 +72,19 @@ class Engine:
             self._compiled[index] = compiled
         return compiled
 
-    def run(self, lines: Iterable[Line], facts: Facts, router: Router | None = None) -> dict[str, Match]:
+    def run(self, lines: Iterable[Line | Bulk], facts: Facts, router: Router | None = None) -> dict[str, Match]:
         """Feed every candidate line through the rules; returns diagnosis matches by rule id.
         With a router, each match fills the facts and matches the router gives for its line."""
         matches: dict[str, Match] = {}
         self._router = router
         covered: dict[int, tuple[int, int]] = {}  # rule index -> (source, last line used by a match)
         for prev, line, nexts in _neighbourhoods(lines):
+            if isinstance(line, Bulk):
+                self._bulk(line, facts, covered)
+                continue
             if not line.hit:
                 continue
+            self._end_run()
             candidates = sorted({r for a in line.anchors for r in self._by_anchor[a]}, key=self._order.__getitem__)
             for index in candidates:
                 done = covered.get(index)
@@ -84,7 +94,56 @@ class Engine:
                 used = self._match_rule(index, prev, line, nexts, floor, facts, matches)
                 if used:
                     covered[index] = (line.source, used)
+        self._end_run()
         return matches
+
+    def _take(self, raw: bytes, ids: set[int]) -> tuple | None:
+        """A hit line of one family read whole, as _match_rule would read it alone: (rule index,
+        its text, the matches' groups, None), as read/bulk.py gives a family's line; None where
+        the general path must read it (another prefix, a payload, a pattern that matches only
+        joined to the next line)."""
+        families = {self._family[i] for i in ids}
+        if len(families) != 1:
+            return None
+        text = raw.decode("utf-8", "replace")
+        parsed = lineparse.plain(text)
+        if parsed is None or parsed[1].endswith((lineparse.PAYLOAD, lineparse.PAYLOAD_OPEN)):
+            return None
+        index = families.pop()
+        found = self._search(index, self._patterns(index)[0], parsed[1], parsed[3])
+        return (index, text, found, None) if found else None
+
+    def _bulk(self, item: Bulk, facts: Facts, covered: dict[int, tuple[int, int]]) -> None:
+        """A family's line (or run of lines) read in bulk: its facts, as _record fills them.
+        Consecutive ones of one process go to one lifetime: it is asked for the first line of
+        the run and told the last (_end_run), which is the state asking for each gives."""
+        index, text, found, last = item.taken
+        done = covered.get(index)
+        if done and done[0] == item.source and item.no <= done[1]:
+            return
+        line, key = _plain_line(item.no, item.source, text)
+        rule = self.rules[index]
+        run = self._run
+        if run is None or run[0] != (index, item.source, key):
+            self._end_run()
+            if self._router is not None:
+                facts = self._router.route(rule, line)[0]
+            run = self._run = [(index, item.source, key), facts, line, line]
+        if last is None:
+            for groups in found:
+                _fill_facts(rule, groups, line, run[1])
+            run[3] = line
+        else:  # a run of a counted family (access lines): each value as often as it was seen
+            [group] = rule.facts
+            for value, times in found.items():
+                _fill_facts(rule, {group: value}, line, run[1], times)
+            run[3] = _plain_line(last[0], item.source, last[1])[0]
+        covered[index] = (item.source, run[3].no)
+
+    def _end_run(self) -> None:
+        run, self._run = self._run, None
+        if run is not None and run[3] is not run[2] and self._router is not None:
+            self._router.route(self.rules[run[0][0]], run[3])
 
     def _match_rule(self, index, prev, line, nexts, floor, facts, matches) -> int:
         """Try one rule around one line; returns the last line number used, 0 when no match.
@@ -152,7 +211,35 @@ class Engine:
                 match.evidence.append(cut_evidence(w.no, w.raw.strip(), w.source))
 
 
-def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) -> None:
+def _families(rules: list[Rule], by_anchor: list[list[int]], anchors: list[str]) -> tuple[dict[int, int], list[Family]]:
+    """anchor id -> rule index, for the anchors only a family's rule holds (the fact rules of the
+    access and stats series, one pattern each: their lines are most of a serving log), and the
+    families whose rule has a bulk form (read/bulk.py)."""
+    of: dict[int, int] = {}
+    for anchor, holders in enumerate(by_anchor):
+        rule = rules[holders[0]]
+        if len(holders) == 1 and rule.series in ("access", "stats") and not rule.phase and len(rule.patterns) == 1:
+            of[anchor] = holders[0]
+    families = []
+    for index in sorted(set(of.values())):
+        rule = rules[index]
+        if rule.bulk and all(anchors.index(a) in of for a in rule.anchors):
+            counted = rule.series == "access" and len(rule.facts) == 1
+            families.append(
+                Family(index, *bulk.compile_form(rule.bulk), tuple(a.encode() for a in rule.anchors), counted)
+            )
+    return of, families
+
+
+def _plain_line(no: int, source: int, text: str) -> tuple[Line, str]:
+    """A family's line as a Line, and the prefix it shares with its process's other lines."""
+    parsed = lineparse.plain(text)
+    assert parsed is not None  # a family's form is a plain line (tests/matching/test_engine_bulk.py)
+    key, message, process, level = parsed
+    return Line(no=no, text=message, raw=text, source=source, process=process, level=level), key
+
+
+def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts, times: int = 1) -> None:
     if rule.series:
         kinds = SERIES_FIELDS[rule.series]
         sample: dict[str, Any] = {}  # typed per field: a mangled line's "99.x%" or 5000-digit count is no value
@@ -162,7 +249,7 @@ def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts) ->
             if name and value is not None:
                 sample[name] = value
         facts.add_sample(
-            rule.series, sample, line, line.raw.strip()[: EVIDENCE_CHARS + 1]
+            rule.series, sample, line, line.raw.strip()[: EVIDENCE_CHARS + 1], times
         )  # +1: cut_evidence() sees the cut
     else:
         for group, value in groups.items():
@@ -247,11 +334,15 @@ def _is_tail(line: Line, before: Line) -> bool:
     return bool(head) and (head.islower() or head in " ,.;:)]'\"")
 
 
-def _without_payload_rest(lines: Iterable[Line]) -> Iterator[Line]:
+def _without_payload_rest(lines: Iterable[Line | Bulk]) -> Iterator[Line | Bulk]:
     """The lines, less the rest of a request payload a terminal wrapped onto the next lines: a
     user's prompt is data, never a message (read/lineparse.py keeps only a payload line's head)."""
     open_at: tuple[int, int] | None = None  # (source, line) of the payload's last piece seen
     for line in lines:
+        if isinstance(line, Bulk):  # a line with a prefix: it ends a payload, as any such line
+            open_at = None
+            yield line
+            continue
         if open_at is not None:
             near = line.source == open_at[0] and 0 < line.no - open_at[1] <= lineparse.PAYLOAD_REST_LINES
             rest = lineparse.payload_rest(line.text, _bare(line)) if near else False
@@ -267,19 +358,38 @@ def _without_payload_rest(lines: Iterable[Line]) -> Iterator[Line]:
 
 
 def _neighbourhoods(
-    lines: Iterable[Line], after: int = CONTEXT_AFTER
-) -> Iterator[tuple[Line | None, Line, list[Line]]]:
-    """(previous line, line, next lines) for every line, streaming."""
+    lines: Iterable[Line | Bulk], after: int = CONTEXT_AFTER
+) -> Iterator[tuple[Line | None, Line | Bulk, list[Line]]]:
+    """(previous line, line, next lines) for every line, streaming. A bulk line is nobody's
+    neighbour: it comes (alone) right after the line before it, in order."""
     size = after + 2
     buf: list[Line] = []
+    later: dict[int, list[Bulk]] = {}  # id of a line not yet a centre -> the bulk lines after it
     for line in _without_payload_rest(lines):
+        if isinstance(line, Bulk):
+            if buf and buf[-1].no == line.no and buf[-1].source == line.source:
+                later.setdefault(id(buf[-1]), []).append(line)  # read as context too: after it
+                continue
+            # no line read after this one neighbours the lines held: they are centres now (so
+            # that a run of bulk lines holds nothing, however long)
+            yield from _rest(buf, after, later)
+            buf.clear()
+            yield None, line, []
+            continue
         buf.append(line)
         if len(buf) > size:
             del buf[0]
         if len(buf) >= after + 1:
             centre = len(buf) - after - 1
             yield (buf[centre - 1] if centre > 0 else None), buf[centre], buf[centre + 1 :]
-    # the last lines (or all of a short input) have not been a centre yet
-    start = max(0, len(buf) - after)
-    for centre in range(start, len(buf)):
+            for item in later.pop(id(buf[centre]), ()):
+                yield None, item, []
+    yield from _rest(buf, after, later)
+
+
+def _rest(buf: list[Line], after: int, later: dict[int, list[Bulk]]):
+    """The lines held that have not been a centre yet (the last `after`, or all of a short input)."""
+    for centre in range(max(0, len(buf) - after), len(buf)):
         yield (buf[centre - 1] if centre > 0 else None), buf[centre], buf[centre + 1 :]
+        for item in later.pop(id(buf[centre]), ()):
+            yield None, item, []

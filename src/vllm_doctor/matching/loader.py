@@ -30,7 +30,7 @@ MAX_PATTERNS = 32
 _RULE_KEYS = {
     "id", "kind", "category", "title", "severity", "confidence", "priority", "wrapper", "fallback", "summary",
     "explanation", "anchors", "patterns", "facts", "series", "phase", "checks", "when", "fixes",
-    "references", "names",
+    "references", "names", "bulk",
 }  # fmt: skip
 _PATTERN_KEYS = {"regex", "since", "until", "source", "level", "unless", "example", "counter_example"}
 _FIX_KEYS = {"action", "flag", "value", "when", "why", "direction"}
@@ -374,6 +374,9 @@ def _fact_rule(data: dict, rule: Rule, out: _Problems) -> None:
     for key in ("category", "severity", "fixes", "summary"):
         if key in data:
             out.add(key, "is for diagnosis rules, not fact rules")
+    rule.bulk = out.need(data, "bulk", str, required=False)
+    if rule.bulk is not None and (rule.linear or rule.series is None):
+        out.add("bulk", "is for the built-in rules of a series (it is matched on every line of a region)")
 
 
 def _preflight_rule(data: dict, rule: Rule, out: _Problems) -> None:

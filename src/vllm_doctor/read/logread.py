@@ -5,7 +5,8 @@ Memory stays flat: the input is read into one reused buffer, the prefilter finds
 in the raw bytes a region at a time, newlines are counted once, in C, and only the candidate
 lines (plus context either side, to undo terminal hard-wraps) are decoded and cleaned, the
 context lines only if a rule reads them; a long line is cut into pieces around every anchor in
-place. 1 GiB is read in about a second.
+place. 1 GiB is read in about a second. The access and stats lines of a serving log, most of
+its bytes, are read a region at a time by their rules' forms (bulk.py), not line by line.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from functools import partial
 from typing import Any, BinaryIO
 
 from vllm_doctor.data import Line
-from vllm_doctor.read import lineparse
+from vllm_doctor.read import bulk, lineparse
 from vllm_doctor.read.prefilter import Prefilter
 from vllm_doctor.read.source import Holes, ReadError, Source, open_input
 
-__all__ = ["ReadError", "ReadStats", "read", "holds_any", "ChunkLines"]
+__all__ = ["ReadError", "ReadStats", "read", "holds_any", "ChunkLines", "Bulk"]
 
 BLOCK = 16 << 20  # bytes read at a time
 REGION = 1 << 20  # bytes of whole lines scanned and selected at a time (bounds the hits held at once)
@@ -37,6 +38,17 @@ CONTEXT_BEFORE = 1
 CONTEXT_AFTER = 5  # lines a wrapped or split message may continue on (the engine joins as many)
 
 
+@dataclass(slots=True)
+class Bulk:
+    """A hit line the prefilter's `take` read whole (an access or stats line, the bulk of a serving
+    log): what it made of the line, in place of a Line. It pulls in no context, and is a
+    neighbour of nothing (a hit next to it reads it as a context line, as any other)."""
+
+    no: int
+    source: int
+    taken: Any
+
+
 @dataclass
 class ReadStats:
     lines: int = 0  # physical lines over all inputs
@@ -44,7 +56,7 @@ class ReadStats:
     warnings: list[str] = field(default_factory=list)
 
 
-def read(paths: list[str], prefilter: Prefilter, stats: ReadStats) -> Iterator[Line]:
+def read(paths: list[str], prefilter: Prefilter, stats: ReadStats) -> Iterator[Line | Bulk]:
     """Candidate lines (and their context) of every input, in order."""
     for index, path in enumerate(paths):
         stream, owned = open_input(path)
@@ -60,10 +72,10 @@ def holds_any(paths: list[str], anchors: list[str]) -> bool:
     same repairs of the bytes, the same prefilter): a pass at the prefilter's speed, which stops
     at the first such line. A rule can match only on a line that holds one of its anchors."""
     stats = ReadStats()
-    return bool(anchors) and any(line.hit for line in read(paths, Prefilter(anchors), stats))
+    return bool(anchors) and any(isinstance(line, Bulk) or line.hit for line in read(paths, Prefilter(anchors), stats))
 
 
-def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: ReadStats) -> Iterator[Line]:
+def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: ReadStats) -> Iterator[Line | Bulk]:
     """One input, through one reused buffer: [0:have) holds the bytes not yet split into lines.
 
     Each fill is cut after its last newline; the whole lines before the cut are scanned, the
@@ -108,7 +120,9 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
             hi = buf.find(b"\n", min(lo + REGION, cut - 1), cut) + 1
             selected, need_after, count = _select(buf, lo, hi, base, pf, tail, need_after)
             for no, raw, anchors, hit in selected:
-                if no > emitted:
+                if hit is None:
+                    yield Bulk(no, source, raw)
+                elif no > emitted:
                     emitted = no
                     yield from _line(no, raw, source, anchors, hit, pf)
             tail = _tail(buf, lo, hi, base + count)
@@ -193,9 +207,11 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
     """Hit lines and their context in buf[lo:cut], which ends with a newline.
 
     Returns ([(line no, bytes, anchors, hit)] sorted by line, context lines owed by the next
-    region, the number of lines in the region).
+    region, the number of lines in the region). A hit line the prefilter's `take` reads whole
+    comes as (line no, what it made of it, (), None), and pulls in no context.
     """
     picked: dict[int, tuple[Any, tuple[int, ...], bool]] = {}  # bytes, or what cuts a long line (_cut)
+    spans: dict[int, tuple[int, int, bool]] = {}  # line no -> (start, end, hit) of the lines picked here
     pos = lo
     owed = 0
     for i in range(need_after):  # context owed to a hit at the end of the previous region
@@ -204,9 +220,21 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
             owed = need_after - i
             break
         picked[base + i + 1] = (_visible(buf, pos, end), (), False)
+        spans[base + i + 1] = (pos, end, False)
         pos = end + 1
-    hits, counted_to, newlines = _hit_lines(buf, lo, cut, base, pf)
+    present = bulk.covered(buf, lo, cut, pf.families) if pf.families and pf.exact else None
+    fast = present is not None
+    hits, counted_to, newlines = _hit_lines(buf, lo, cut, base, pf, fast)
+    taken: list[tuple[int, Any, tuple[int, ...], bool | None]] = []
     for no, start, end, anchor_ids in hits:
+        spans[no] = (start, end, True)
+        if fast:  # the families' anchors this line holds too (the general scan left them out)
+            anchor_ids.update(i for i in pf.bulk_ids if pf._encoded[i] in buf[start:end])
+        elif pf.take is not None and pf.exact and end - start <= MAX_LINE and anchor_ids <= pf.bulk_ids:
+            read = pf.take(bytes(buf[start:end]), anchor_ids)
+            if read is not None:
+                taken.append((no, read, (), None))
+                continue
         if end - start > MAX_LINE:  # cut in place, as it is read: a line of megabytes is never copied whole
             picked[no] = (partial(_cut, buf, start, end, pf), (), True)
         else:
@@ -223,6 +251,7 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
             n -= 1
             if n not in picked:
                 picked[n] = (_visible(buf, ps, s - 1), (), False)
+                spans[n] = (ps, s - 1, False)
             s = ps
         e, n = end + 1, no
         for k in range(CONTEXT_AFTER):
@@ -233,12 +262,18 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
             n += 1
             if n not in picked:
                 picked[n] = (_visible(buf, e, ne), (), False)
+                spans[n] = (e, ne, False)
             e = ne + 1
     newlines += buf.count(b"\n", counted_to, cut)
-    return sorted((no, *v) for no, v in picked.items()), owed, newlines
+    lines: list[tuple[int, Any, tuple[int, ...], bool | None]] = sorted((no, *v) for no, v in picked.items())
+    if present:
+        taken = bulk.entries(buf, lo, cut, base, present, spans)
+    if taken:  # a line read as context and in bulk: the context line first
+        lines = sorted(lines + taken, key=lambda e: (e[0], e[3] is None)) if lines else taken
+    return lines, owed, newlines
 
 
-def _hit_lines(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter):
+def _hit_lines(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, general: bool = False):
     """(line no, start, end, anchor ids) of each line of buf[lo:cut] holding an anchor, and how
     far newlines were counted (offset, count), so that the caller counts each newline once."""
     counted_to = lo
@@ -247,7 +282,7 @@ def _hit_lines(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter):
     line_no = 0
     ids: set[int] = set()
     out = []
-    for hit_end, anchor in _scan(buf, lo, cut, pf):
+    for hit_end, anchor in _scan(buf, lo, cut, pf, general):
         at = hit_end - 1
         if line_start <= at < line_end:
             ids.add(anchor)
@@ -288,7 +323,8 @@ def _fragment(buf: bytearray, end: int, no: int, source: int, pf: Prefilter, hea
     return [_hit(no, piece, source, ids) for piece, ids in pieces]
 
 
-def _scan(data: bytes | bytearray, lo: int, hi: int, pf: Prefilter) -> Iterator[tuple[int, int]]:
+def _scan(data: bytes | bytearray, lo: int, hi: int, pf: Prefilter, general: bool = False
+          ) -> Iterator[tuple[int, int]]:  # fmt: skip
     """pf.scan over data[lo:hi] in REGION steps, offsets absolute: the hits held at once stay
     bounded however many anchors a megabyte line repeats. Each step overlaps the one before by
     the longest anchor, and the hits that ended in the overlap were yielded before."""
@@ -296,7 +332,8 @@ def _scan(data: bytes | bytearray, lo: int, hi: int, pf: Prefilter) -> Iterator[
     with memoryview(data) as view:
         for pos in range(lo, hi, REGION):
             seen_to = pos + longest if pos > lo else lo
-            for hit_end, anchor in pf.scan(view[pos : min(hi, pos + REGION + longest)]):
+            piece = view[pos : min(hi, pos + REGION + longest)]
+            for hit_end, anchor in pf.scan_general(piece) if general else pf.scan(piece):
                 if pos + hit_end > seen_to:
                     yield pos + hit_end, anchor
 

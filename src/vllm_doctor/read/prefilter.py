@@ -14,7 +14,7 @@ and the engine is built on the first large one: `explain` of a short log starts 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 SMALL = 256 << 10  # buffers up to this size are scanned with bytes.find, one anchor at a time
@@ -38,6 +38,14 @@ class Prefilter:
         self._built = False
         self.exact = True  # bytes.find, until a large buffer builds the engine
         self.engine = "find" if self._encoded else "none"
+        # Hit lines that hold only these anchors are offered to take(line bytes, anchor ids) first
+        # (matching/engine.py's bulk families); what it returns stands for the line (logread.Bulk).
+        self.bulk_ids: frozenset[int] = frozenset()
+        self.take: Callable[[bytes, set[int]], Any] | None = None
+        self.families: list = []  # read/bulk.py's Family: the lines read a region at a time
+        self._general: Prefilter | None = None
+        self._general_ids: list[int] = []
+        self._cache_name = _CACHE_NAME
 
     def _build(self) -> None:
         self._built = True
@@ -48,7 +56,7 @@ class Prefilter:
         except ImportError:
             hyperscan = None  # type: ignore[assignment]
         if hyperscan is not None:
-            self._hs = _hyperscan_db(hyperscan, self.anchors)
+            self._hs = _hyperscan_db(hyperscan, self.anchors, self._cache_name)
             self.engine = "hyperscan"
             return
         try:  # 20x faster than the alternation where hyperscan has no wheel (arm64, macOS)
@@ -93,6 +101,15 @@ class Prefilter:
         assert self._re is not None  # built above: no hyperscan, no pyahocorasick
         return [(m.end(), self._ids[bytes(m.group())]) for m in self._re.finditer(buf)]
 
+    def scan_general(self, buf) -> list[tuple[int, int]]:
+        """scan() for every anchor but the bulk families' (read/bulk.py reads their lines)."""
+        if self._general is None:
+            self._general_ids = [i for i in range(len(self.anchors)) if i not in self.bulk_ids]
+            self._general = Prefilter(self.anchors[i] for i in self._general_ids)
+            self._general._cache_name = _CACHE_NAME + ".general"  # both databases stay cached
+        ids = self._general_ids
+        return [(end, ids[i]) for end, i in self._general.scan(buf)]
+
     def _find_each(self, buf: bytes | bytearray) -> list[tuple[int, int]]:
         """Every occurrence of every anchor (overlapping ones too, as hyperscan reports them)."""
         hits = []
@@ -109,7 +126,7 @@ class Prefilter:
         return [i for i, a in enumerate(self._encoded) if a in line]
 
 
-def _hyperscan_db(hyperscan, anchors: list[str]):
+def _hyperscan_db(hyperscan, anchors: list[str], name: str):
     """The compiled database of the anchors; compiling 400 literals can take 0.1 s, so the last
     one is cached (cache.py), under a key of the anchors, the hyperscan version and the machine."""
     import hashlib
@@ -119,7 +136,7 @@ def _hyperscan_db(hyperscan, anchors: list[str]):
 
     text = "\0".join([getattr(hyperscan, "__version__", "?"), platform.machine(), *anchors])
     key = hashlib.sha256(text.encode("utf-8")).hexdigest().encode() + b"\n"
-    blob = cache.read(_CACHE_NAME)
+    blob = cache.read(name)
     if blob and blob.startswith(key):
         try:
             db = hyperscan.loadb(blob[len(key) :], hyperscan.HS_MODE_BLOCK)
@@ -136,7 +153,7 @@ def _hyperscan_db(hyperscan, anchors: list[str]):
         flags=[0] * len(expressions),
     )
     try:
-        cache.write(_CACHE_NAME, key + hyperscan.dumpb(db))
+        cache.write(name, key + hyperscan.dumpb(db))
     except Exception:
         pass
     return db

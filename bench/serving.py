@@ -1,0 +1,110 @@
+"""A running server's log, as `serve` captures it: `explain` against ripgrep on the same file.
+
+    python bench/serving.py                   # the table (README's performance section)
+    python bench/serving.py --check           # exit 1 when a bound is missed
+
+Two logs, generated into bench/out/ (gitignored) once: the 64 MiB serving log of
+shared/tools/make_serving_log.py (half access lines, half "Received request" lines, a stats line
+every 200, a real cache OOM at the end; --serving-tool names it where ../shared is elsewhere)
+and 200,000 V1 stats lines followed by fixtures/lab/cache-oom.log. Each is read by
+`vllm-doctor explain --format json --no-gpu` and by `rg -c -F -f anchors.txt` (the rules' own
+anchors), interleaved, the median of --repeat runs: the ratio is measured in the same run, so a
+busy machine slows both alike. Peak RSS is /usr/bin/time -v's (bench/run.py's timed). The
+report must name the cache OOM, or the figure is void. Needs ripgrep and GNU time.
+
+Bounds (--check; issue 20's targets): the serving log within 1x of rg, the stats lines within
+3x, peak RSS at most 100 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+OUT = HERE / "out"
+sys.path.insert(0, str(HERE))
+from run import anchors_file, doctor, need, timed  # noqa: E402
+
+STATS = (
+    "(APIServer pid=4021) INFO 11-20 10:{m:02d}:{s:02d} [loggers.py:236] Engine 000: Avg prompt throughput:"
+    " {p}.0 tokens/s, Avg generation throughput: 410.7 tokens/s, Running: {r} reqs, Waiting: {w} reqs,"
+    " GPU KV cache usage: {kv}.5%, Prefix cache hit rate: 41.3%\n"
+)
+BOUNDS = {"serving-64MiB": 1.0, "stats-200k": 3.0}
+MAX_RSS_MB = 100
+
+
+def serving_log(tool: Path) -> Path:
+    path = OUT / "serving-64MiB.log"
+    if not path.exists():
+        subprocess.run([sys.executable, str(tool), str(path), "64"], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def stats_log() -> Path:
+    path = OUT / "stats-200k.log"
+    if not path.exists():
+        with path.open("w") as f:
+            for i in range(200_000):
+                f.write(STATS.format(m=i // 60 % 60, s=i % 60, p=i % 7, r=i % 64, w=i % 5, kv=i % 99))
+            f.write((ROOT / "fixtures" / "lab" / "cache-oom.log").read_text())
+    return path
+
+
+def found(out: bytes) -> bool:
+    report = json.loads(out)
+    return bool(report["diagnoses"]) and report["diagnoses"][0]["category"] == "cache-oom"
+
+
+def measure(name: str, log: Path, anchors: Path, repeat: int) -> dict:
+    rg = [need("rg", "apt-get install -y ripgrep"), "-c", "-F", "-f", str(anchors), str(log)]
+    explain = [*doctor(), "explain", str(log), "--format", "json", "--no-gpu"]
+    log.read_bytes()  # into the page cache for both
+    ours, theirs, rss, ok = [], [], [], True
+    for _ in range(repeat):
+        t, r, _rc, out = timed(explain)
+        ours.append(t)
+        rss.append(r)
+        ok = ok and found(out)
+        theirs.append(timed(rg)[0])
+    mine, base = statistics.median(ours), statistics.median(theirs)
+    return {"log": name, "MiB": log.stat().st_size / (1 << 20), "explain_s": mine, "rg_s": base,
+            "ratio": mine / base, "rss_mb": max(rss), "found": ok}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--check", action="store_true", help="exit 1 when a bound is missed")
+    ap.add_argument("--serving-tool", type=Path, default=ROOT.parent / "shared" / "tools" / "make_serving_log.py")
+    args = ap.parse_args(argv)
+    OUT.mkdir(exist_ok=True)
+    anchors = anchors_file()
+    rows = [
+        measure("serving-64MiB", serving_log(args.serving_tool), anchors, args.repeat),
+        measure("stats-200k", stats_log(), anchors, args.repeat),
+    ]
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print("| log | explain | rg -F -f anchors | ratio | bound | peak RSS | cache OOM found |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    missed = []
+    for r in rows:
+        bound = BOUNDS[r["log"]]
+        print(f"| {r['log']} ({r['MiB']:.0f} MiB) | {r['explain_s']:.2f} s | {r['rg_s']:.2f} s | {r['ratio']:.1f}x"
+              f" | {bound:.0f}x | {r['rss_mb']:.0f} MB | {'yes' if r['found'] else 'NO'} |")  # fmt: skip
+        if r["ratio"] > bound or r["rss_mb"] > MAX_RSS_MB or not r["found"]:
+            missed.append(r["log"])
+    if missed:
+        print("missed: " + ", ".join(missed))
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

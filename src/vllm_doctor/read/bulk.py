@@ -1,0 +1,135 @@
+"""The bulk of a serving log read a region at a time: one compiled scan per family, no Python
+step per access line.
+
+A running server writes an access line per request and a stats line every few seconds; each is
+a hit of one fact rule's anchors only (matching/engine.py's families: a rule's `bulk` form, the
+whole line as uvicorn or vLLM's logger writes it). When every anchor of the families in a region
+lies in a line of its family's form (byte counts, and one findall per family present), the
+region's other anchors are scanned without the families' (Prefilter.scan_general), and the
+families' lines are read here: the stats lines one by one (each is a sample), the access lines
+between two other lines read as one run, counted by status. Elsewhere the region is read line by
+line, as any other.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Family:
+    key: int  # what the engine knows the family by (its rule's index)
+    form: re.Pattern[bytes]  # the rule's bulk form, a whole line, with the rule's named groups (compile_form())
+    whole: re.Pattern[bytes]  # the same without its groups: findall gives the lines
+    anchors: tuple[bytes, ...]  # the anchors only its rule holds
+    counted: bool  # its lines are only counted by their one group's value (access), not read one by one
+
+
+_META = set(".^$*+?{}[]|()\\")
+
+
+def compile_form(text: str) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """A bulk form as a whole line: (with its groups, without). The form's leading literal opens
+    the pattern, checked to start a line by a lookbehind: `re` then finds candidates with a fast
+    substring search (ten times faster than a multiline ^, which is tried at every byte)."""
+    lead, i = "", 0
+    while i < len(text) and (text[i] not in _META or (text[i] == "\\" and text[i + 1 : i + 2] in _META)):
+        lead += text[i + 1] if text[i] == "\\" else text[i]
+        i += 2 if text[i] == "\\" else 1
+    rest = text[i:].encode("utf-8")
+    lit = re.escape(lead.encode("utf-8"))
+    head = lit + rb"(?<![^\n]" + lit + rb")" if lead else rb"(?m:^)"
+    plain = re.sub(rb"\(\?P<\w+>", b"(?:", rest)
+    return re.compile(head + rb"(?:" + rest + rb")(?m:$)"), re.compile(head + rb"(?:" + plain + rb")(?m:$)")
+
+
+def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> list[Family] | None:
+    """The families whose lines buf[lo:cut] holds, when every anchor of the families in it lies
+    in a line of its family's form and no such line holds another family's anchor; else None.
+    A family none of whose anchors occur costs a byte count per anchor, not a scan."""
+    region = bytes(buf[lo:cut])
+    counts = {a: region.count(a) for f in families for a in f.anchors}
+    present = [f for f in families if any(counts[a] for a in f.anchors)]
+    for f in present:
+        lines = b"\n".join(f.whole.findall(region))  # (no anchor holds a newline)
+        if any(lines.count(a) != counts[a] for a in f.anchors):
+            return None
+        if any(a in lines for g in present if g is not f for a in g.anchors):
+            return None
+    return present
+
+
+def entries(
+    buf: bytearray, lo: int, cut: int, base: int, families: list[Family], spans: dict[int, tuple[int, int, bool]]
+):
+    """(line no, what the line or run is, (), None) for the families' lines of buf[lo:cut] (a
+    covered region, `base` lines before it), in order. spans: line no -> (start, end, hit) of the
+    lines picked in the region: a run never spans one, a picked context line of a family's form
+    is read alone after it, a picked hit is read by the general path."""
+    cursor = [lo, base]  # (offset, lines before it): each newline is counted once, in order
+    out: list[tuple[int, Any, tuple[int, ...], None]] = []
+    pos = lo
+    for start, end, hit in sorted(spans.values()):
+        if start < pos:
+            continue
+        _gap(buf, pos, start, families, cursor, out)
+        if not hit:
+            _gap(buf, start, end + 1, families, cursor, out)
+        pos = end + 1
+    _gap(buf, pos, cut, families, cursor, out)
+    return out
+
+
+def _no(buf: bytearray, at: int, cursor: list[int]) -> int:
+    cursor[1] += buf.count(b"\n", cursor[0], at)
+    cursor[0] = at
+    return cursor[1] + 1
+
+
+def _gap(buf: bytearray, a: int, b: int, families: list[Family], cursor: list[int], out: list) -> None:
+    """The families' lines of buf[a:b] (whole lines): each line of a read family; the counted
+    family's lines between two of those as one run."""
+    if a >= b:
+        return
+    marks = sorted((m for f in families if not f.counted for m in f.form.finditer(buf, a, b)), key=re.Match.start)
+    pos = a
+    for m in marks:
+        _runs(buf, pos, m.start(), families, cursor, out)
+        groups = {k: v.decode() for k, v in m.groupdict().items() if v is not None}
+        key = next(f.key for f in families if f.form is m.re)
+        out.append((_no(buf, m.start(), cursor), (key, m.group().decode(), [groups], None), (), None))
+        pos = m.end()
+    _runs(buf, pos, b, families, cursor, out)
+
+
+def _runs(buf: bytearray, a: int, b: int, families: list[Family], cursor: list[int], out: list) -> None:
+    """The counted family's lines of buf[a:b] as one run (the engine makes one such family)."""
+    for f in families:
+        if not f.counted or a >= b:
+            continue
+        values = f.form.findall(buf, a, b)
+        if not values:
+            continue
+        first = f.form.search(buf, a, b)
+        last = _last(f.form, buf, a, b)
+        assert first is not None and last is not None  # (findall found some)
+        no = _no(buf, first.start(), cursor)
+        last_no = _no(buf, last.start(), cursor)
+        run = {k.decode(): n for k, n in Counter(values).items()}
+        out.append((no, (f.key, first.group().decode(), run, (last_no, last.group().decode())), (), None))
+
+
+def _last(rx: re.Pattern[bytes], buf: bytearray, a: int, b: int) -> re.Match[bytes] | None:
+    """The last match in buf[a:b]: searched in windows from the end, each twice the last."""
+    size = 4096
+    while True:
+        start = max(a, b - size)
+        found = None
+        for found in rx.finditer(buf, start, b):  # noqa: B007 (the last one is kept)
+            pass
+        if found is not None or start == a:
+            return found
+        size *= 2

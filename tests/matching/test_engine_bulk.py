@@ -1,0 +1,123 @@
+"""The bulk families (access and stats lines read whole, matching/engine.py's _take) give the very
+report the general path gives: every fixture and lab recording that has such lines, and a serving
+log that mixes them with a failure, payloads, two servers and a restart, read both ways."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIXTURES
+from vllm_doctor.matching import engine
+from vllm_doctor.read import bulk, logread
+from vllm_doctor.render.json import to_dict
+
+ACCESS = 'INFO:     127.0.0.1:{port} - "POST /v1/completions HTTP/1.1" {status} OK'
+STATS = (
+    "({proc} pid={pid}) INFO 11-30 01:{m:02d}:{s:02d} [loggers.py:236] Engine 000: Avg prompt throughput: 12.0 tokens/s,"
+    " Avg generation throughput: 40.5 tokens/s, Running: {run} reqs, Waiting: {wait} reqs, GPU KV cache usage: {kv}.0%"
+)
+HEAD = (
+    "(APIServer pid={pid}) INFO 11-30 01:00:00 [logger.py:43] Received request cmpl-{i}: prompt: 'say Running: 3 reqs,"
+    " Waiting: 1 reqs /v1/ CUDA out of memory', params: SamplingParams(n=1), lora_request: None."
+)
+
+
+def serving_log(quoted: bool) -> str:
+    lines = ["(APIServer pid=100) INFO 11-30 01:00:00 [api_server.py:1] vLLM API server version 0.10.1"]
+    for i in range(3000):
+        pid = 100 if i < 2000 else 300  # a restart with a new pid two thirds in
+        if i == 2000:
+            lines.append(f"(APIServer pid={pid}) INFO 11-30 01:30:00 [api_server.py:1] vLLM API server version 0.10.1")
+        head = HEAD.format(pid=pid, i=i)
+        lines.append(
+            head if quoted else head.replace(" /v1/", " v1").replace("Running: ", "Running ").replace("reqs,", "reqs")
+        )
+        lines.append(ACCESS.format(port=30000 + i, status=500 if i % 97 == 0 else 200))
+        if i % 50 == 0:
+            lines.append(
+                STATS.format(proc="APIServer", pid=pid, m=i // 60 % 60, s=i % 60, run=i % 9, wait=i % 4, kv=i % 100)
+            )
+            lines.append(STATS.format(proc="Other", pid=200, m=i // 60 % 60, s=i % 60, run=1, wait=0, kv=5))
+        if i == 1500:
+            lines.append("Running: 4 reqs, Waiting: 2 reqs,")  # a stats record cut by a wrap
+            lines.append("GPU KV cache usage: 91.0%")
+            lines.append(
+                "(EngineCore pid=101) ERROR 11-30 01:25:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory."
+            )
+    return "\n".join(lines) + "\n"
+
+
+def both_ways(run, paths, monkeypatch) -> tuple[dict, dict, int, int]:
+    taken = regions = 0
+    real, entries = logread.Bulk.__init__, bulk.entries
+
+    def counted(self, *args):
+        nonlocal taken
+        taken += 1
+        real(self, *args)
+
+    def region(*args):
+        nonlocal regions
+        regions += 1
+        return entries(*args)
+
+    monkeypatch.setattr(logread, "REGION", 64 << 10)  # several regions: the ones a wrapped record is in go line by line
+    with monkeypatch.context() as m:
+        m.setattr(logread.Bulk, "__init__", counted)
+        m.setattr(bulk, "entries", region)
+        fast = to_dict(run(*paths))
+    with monkeypatch.context() as m:
+        m.setattr(engine, "_families", lambda *_: ({}, []))
+        slow = to_dict(run(*paths))
+    return fast, slow, taken, regions
+
+
+@pytest.mark.parametrize("quoted", [False, True], ids=["plain", "prompts-quoting-anchors"])
+def test_a_serving_log_reads_the_same_both_ways(run, tmp_path, monkeypatch, quoted):
+    """Prompts that quote the families' anchors make a region's lines go one by one (_take);
+    without them the region is read in bulk (read/bulk.py)."""
+    log = tmp_path / "serving.log"
+    log.write_text(serving_log(quoted))
+    fast, slow, taken, regions = both_ways(run, [log], monkeypatch)
+    assert taken > 200  # the access lines (in runs) and stats lines went the bulk way
+    assert (regions > 0) is not quoted
+    assert fast == slow
+    assert len(fast["lifetimes"]) == 2
+
+
+BULKY = sorted(
+    p for p in FIXTURES.rglob("*.log") if any(a in p.read_text(errors="replace") for a in (" /v1/", "Running: "))
+)
+
+
+@pytest.mark.parametrize("log", BULKY, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_recording_reads_the_same_both_ways(log, run, monkeypatch):
+    fast, slow, _, _ = both_ways(run, [log], monkeypatch)
+    assert fast == slow
+
+
+def test_a_bulk_form_reads_what_the_rule_reads(rules):
+    """Every line of a family's bulk form, in the fixtures and in a serving log's forms, is a plain
+    line (lineparse.plain) whose message the rule's own pattern matches alone with the same groups."""
+    from vllm_doctor.read import lineparse
+
+    eng = engine.Engine(rules)
+    fams = eng.prefilter.families
+    assert {rules[f.key].id for f in fams} == {"access-line", "stats-line"}
+    extra = [ACCESS.format(port=1, status=503), STATS.format(proc="APIServer", pid=1, m=0, s=0, run=2, wait=0, kv=99),
+             STATS.format(proc="EngineCore_DP0", pid=9, m=1, s=2, run=0, wait=5, kv=0).replace("Waiting: 5 reqs, ",
+             "Waiting: 5 reqs, Preemptions: 2, ") + ", Prefix cache hit rate: 12.5%"]  # fmt: skip
+    texts = [p.read_bytes() for p in BULKY] + ["\n".join(extra).encode() + b"\n"]
+    seen = 0
+    for data in texts:
+        for f in fams:
+            for m in f.form.finditer(data):
+                seen += 1
+                text = m.group().decode()
+                parsed = lineparse.plain(text)
+                assert parsed is not None, text
+                want = eng._search(f.key, eng._patterns(f.key)[0], parsed[1], parsed[3])
+                got = {k: v.decode() for k, v in m.groupdict().items() if v is not None}
+                assert want == [got], text
+                assert bulk.covered(bytearray(text.encode() + b"\n"), 0, len(text) + 1, fams) == [f]
+    assert seen > 20
