@@ -15,7 +15,7 @@ from urllib.parse import quote_plus
 
 from vllm_doctor.data import cut_evidence
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
-from vllm_doctor.knowledge.facts import TracebackRecord
+from vllm_doctor.knowledge.facts import Facts, TracebackRecord
 
 FRAME_GAP = 12  # lines between two frames of one traceback (code lines, ^^^ markers, interleaved workers)
 MESSAGE_CHARS = 200
@@ -39,14 +39,14 @@ def module_of(path: str) -> str:
     return p[:-3].replace("/", ".") if p.endswith(".py") else p.replace("/", ".")
 
 
-class _Life:
+class LifePhases:
     """The phases of one lifetime as the checks need them: where it became ready, where a shutdown began."""
 
-    def __init__(self, inp: CheckInput):
-        phases = list(inp.facts.phases)
+    def __init__(self, facts: Facts):
+        phases = list(facts.phases)
         self.ready = [(line, src) for line, src, name, _p in phases if name == "ready"]
         self.shutdown = [(line, src) for line, src, name, _p in phases if name == "shutdown_started"]
-        last = inp.facts.stats.last
+        last = facts.stats.last
         self.last_stats = (last[0], last[1]) if last else None
 
     def survived(self, line: int, source: int) -> bool:
@@ -114,7 +114,7 @@ def _records(inp: CheckInput) -> list[TracebackRecord]:
 def failure(inp: CheckInput) -> tuple[int, list[TracebackRecord]] | None:
     """The first failure the lifetime did not survive (index into the records), and its frames."""
     records = _records(inp)
-    life = _Life(inp)
+    life = LifePhases(inp.facts)
     live = [
         i for i, r in enumerate(records) if r.level not in ("INFO", "DEBUG", "WARNING") and life.fatal(r.line, r.source)
     ]
@@ -191,7 +191,7 @@ def fatal_context(inp: CheckInput) -> CheckResult:
     if match is None:
         return CheckResult()
     source = match.evidence[0].source if match.evidence else 0
-    life = _Life(inp)
+    life = LifePhases(inp.facts)
     survived = life.survived(match.first_line, source)
     during = life.in_shutdown(match.first_line, source)
     return CheckResult({"survived": survived, "during_shutdown": during, "fatal_here": not survived and not during})
