@@ -97,7 +97,7 @@ STATS_FIELDS = {
 
 # fields of one traceback record a `series = "traceback"` rule may fill: a frame (file, lineno,
 # function, code), the exception that ended a traceback (exc_type, exc_message), or a line that says
-# the process failed without one (fatal)
+# the process failed without one (fatal), or one that opens a traceback Python ignored (teardown)
 TRACEBACK_FIELDS = {
     "file": str,
     "lineno": int,
@@ -106,6 +106,7 @@ TRACEBACK_FIELDS = {
     "exc_type": str,
     "exc_message": str,
     "fatal": str,
+    "teardown": str,
 }
 # an HTTP access line (uvicorn's `"POST /v1/completions HTTP/1.1" 500`): its status, counted by class
 ACCESS_FIELDS: dict[str, type] = {"status": int}

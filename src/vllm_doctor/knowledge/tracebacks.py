@@ -111,12 +111,53 @@ def _records(inp: CheckInput) -> list[TracebackRecord]:
     return sorted(inp.facts.traceback, key=lambda r: (r.source, r.line))  # merged lifetimes: in line order
 
 
+def _same(a: TracebackRecord, b: TracebackRecord) -> bool:
+    return a.source == b.source and not (a.process and b.process and a.process != b.process)
+
+
+def teardown(records: list[TracebackRecord]) -> set[int]:
+    """The records of tracebacks that are part of a teardown: one with a frame in a signal handler
+    (the server was told to stop) or one under Python's "Exception ignored in" (ignored by definition),
+    from its header to its exception line."""
+    out: set[int] = set()
+    for i, r in enumerate(records):
+        # (a frame joined to its code line can read "signal_handlerraise": the join lost the newline)
+        if not str(r.fields.get("function", "")).startswith("signal_handler") and "teardown" not in r.fields:
+            continue
+        group = {i}
+        at = r.line
+        for j in range(i - 1, -1, -1):  # up to the header: frames of the same traceback above it
+            o = records[j]
+            if not _same(o, r):
+                continue
+            if "exc_type" in o.fields or "teardown" in o.fields or at - o.line > FRAME_GAP:
+                break
+            group.add(j)
+            at = o.line
+        at = r.line
+        for j in range(i + 1, len(records)):  # down to its exception line
+            o = records[j]
+            if not _same(o, r):
+                continue
+            if o.line - at > FRAME_GAP or "teardown" in o.fields:
+                break
+            group.add(j)
+            at = o.line
+            if "exc_type" in o.fields:
+                break
+        out |= group
+    return out
+
+
 def failure(inp: CheckInput) -> tuple[int, list[TracebackRecord]] | None:
     """The first failure the lifetime did not survive (index into the records), and its frames."""
     records = _records(inp)
     life = LifePhases(inp.facts)
+    ignored = teardown(records)
     live = [
-        i for i, r in enumerate(records) if r.level not in ("INFO", "DEBUG", "WARNING") and life.fatal(r.line, r.source)
+        i
+        for i, r in enumerate(records)
+        if r.level not in ("INFO", "DEBUG", "WARNING") and i not in ignored and life.fatal(r.line, r.source)
     ]
     for kind in ("exc_type", "fatal", "function"):
         chosen = next((i for i in live if kind in records[i].fields), None)
