@@ -6,6 +6,7 @@ Adding a case is adding two files: `<name>.log` (or .log.gz, .json, .txt) and `<
     rule = "kv-cache-too-small-for-max-len"   # optional: the top diagnosis's rule
     severity = "blocker"            # optional
     status = "failed"               # optional
+    lifetimes = 1                   # optional: the server lifetimes the input was split into
     not_rules = ["engine-dead"]     # optional: rules that must not be reported
     also_rules = ["kv-capacity"]    # optional: rules that must be reported too (e.g. info ones)
     config = "qwen2.5-7b"           # optional: read with fixtures/configs/<name>/config.json (--config)
@@ -73,6 +74,8 @@ def test_fixture(log: Path, expect: Path, run):
         assert first and first["severity"] == want["severity"]
     if "status" in want:
         assert report["status"] == want["status"]
+    if "lifetimes" in want:
+        assert len(report["lifetimes"]) == want["lifetimes"], [(x["index"], x["outcome"]) for x in report["lifetimes"]]
     fired = {d["rule"] for d in report["diagnoses"]}
     for rule in want.get("not_rules", []):
         assert rule not in fired, f"{rule} must not fire"

@@ -110,6 +110,7 @@ class Lifetime:
     pids: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     own_clock: bool = False  # started/ended are vLLM's own times (a collector's are used only without them)
+    headless: bool = False  # opened by output before any start marker (an excerpt, a log cut at its head)
 
     @property
     def ready(self) -> bool:
@@ -152,6 +153,7 @@ class Lifetimes:
             life.kinds.add(kind)
         elif life is None:
             life = self._open(w, superseded=None)  # output before any start: a lifetime cut at its head
+            life.headless = True
         if rule.phase == READY and life.ready_at is None:  # uvicorn's lines carry no time: the last one seen
             life.ready_at = (w.time if w.own_clock or not life.own_clock else life.ended) or life.ended or "?"
         self._touch(life, w, line)
@@ -201,15 +203,17 @@ class Lifetimes:
     def lives(self) -> list[Lifetime]:
         """Every lifetime (each was opened by a line routed to it), renumbered from 1. A start that
         says nothing but its banner and arguments, right after output that had no start, is that
-        output's header pasted below it (an excerpt), not a restart: it is merged into it."""
+        output's header pasted below it (an excerpt), not a restart: it is merged into it. Output
+        with no start that did not get past startup is part of the start below it (the error
+        pasted above the banner), unless its times say it came before that start."""
         out: list[Lifetime] = []
         for life in self.all:
             head = next((o for o in reversed(out) if o.container == life.container), None)
             if head is not None and not head.kinds and life is self._latest(life.container) and _thin(life):
                 _merge(head, life)
                 continue
-            if head is not None and not head.kinds and _prelude(head):
-                _merge(life, head, before=True)  # import-time warnings printed before the banner
+            if head is not None and ((not head.kinds and _prelude(head)) or _pasted_above(head, life)):
+                _merge(life, head, before=True)  # import-time warnings, or the error pasted above its start
                 out.remove(head)
             out.append(life)
         for i, life in enumerate(out, 1):
@@ -235,6 +239,16 @@ def _prelude(life: Lifetime) -> bool:
     return not (stats.samples or stats.preemptions is not None or life.ready_at or life.facts.phases) and all(
         m.rule.severity != "blocker" for m in life.matches.values()
     )
+
+
+def _pasted_above(head: Lifetime, below: Lifetime) -> bool:
+    """Output with no start marker that belongs to the start below it: it never became ready nor
+    shut down (a tail of an earlier server would have), and it is not older than that start (a log
+    cut at its head is the tail of the start before, written earlier)."""
+    if not head.headless or head.progressed:
+        return False
+    ended, started = seconds(head.ended), seconds(below.started)
+    return ended is None or started is None or ended >= started
 
 
 def _merge(into: Lifetime, other: Lifetime, before: bool = False) -> None:
