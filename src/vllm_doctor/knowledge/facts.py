@@ -36,6 +36,7 @@ FACTS: dict[str, type] = {
     "model": str,
     "device": str,
     "max_model_len": int,
+    "speculative.draft_architecture": str,  # a draft/MTP model's "Resolved architecture" (its lines are not the model's)
     "tensor_parallel_size": int,
     "pipeline_parallel_size": int,
     "data_parallel_size": int,
@@ -368,6 +369,9 @@ class TracebackRecord:
     fields: dict[str, Any]
 
 
+DRAFT = "speculative.draft_architecture"
+
+
 @dataclass
 class Facts:
     values: dict[str, Any] = field(default_factory=dict)
@@ -379,6 +383,7 @@ class Facts:
     window: dict[str, Any] = field(default_factory=dict)  # a scrape series' window (read/window.py)
     # (line, blob) of every argument dump and command line, as printed: knowledge/command.py rebuilds the serve line
     arg_dumps: deque = field(default_factory=lambda: deque(maxlen=ARG_DUMPS_KEPT))
+    draft_at: int | None = None  # the line a draft model's config began: its max length is the draft's
 
     def add_sample(self, series: str, sample: dict[str, Any], line: Line, text: str) -> None:
         """One match of a `series` rule: a stats sample, or a traceback record."""
@@ -393,6 +398,11 @@ class Facts:
 
     def set(self, name: str, value: Any, line: int = 0) -> None:
         value = convert(FACTS[name], value)
+        if name == DRAFT:
+            self.draft_at = line
+        elif name == "max_model_len" and self.draft_at is not None and name in self.values and line > self.draft_at:
+            self.draft_at = None  # speculative decoding: the draft/MTP model's own "Using max model len"
+            return
         if value is not None:
             self.values[name] = value
             self.where[name] = line
