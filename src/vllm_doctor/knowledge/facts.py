@@ -36,6 +36,7 @@ FACTS: dict[str, type] = {
     "model": str,
     "device": str,
     "max_model_len": int,
+    "pooling_task": str,  # the pooling task served (embed, classify, score, reward): requests end within a step
     "speculative.draft_architecture": str,  # a draft/MTP model's "Resolved architecture" (its lines are not the model's)
     "tensor_parallel_size": int,
     "pipeline_parallel_size": int,
