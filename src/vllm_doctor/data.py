@@ -195,6 +195,4 @@ class Life:
     server: str | None  # "pid 15836", "vllm-1", "pod/vllm-0/vllm pid 1"
     report: Report
     sources: tuple[int, int] = (0, 0)  # the inputs (indexes into paths) of the first and last line
-    space: int = (
-        0  # the server it is of: the input holding that server's first lines (one per input unless one process)
-    )
+    space: int = 0  # its server: the input holding that server's first lines (one per input unless one process)

@@ -54,7 +54,7 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
         return None
     summary = next((s for s in (expr.render(t, values) for t in rule.summary) if s is not None), rule.title)
     severity = rule.severity
-    if severity == "blocker" and match is not None and got_past(match, facts):
+    if severity == "blocker" and match is not None and _got_past(match, facts):
         # the lifetime became ready or served after this line: not what ended it, a note of what it means
         severity = "info"
         note = next((s for s in (expr.render(t, values) for t in rule.survived) if s is not None), None)
@@ -107,7 +107,7 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
     )
 
 
-def got_past(match: Match, facts: Facts) -> bool:
+def _got_past(match: Match, facts: Facts) -> bool:
     """Whether the lifetime became ready, or printed stats, after the line the rule matched."""
     source = match.evidence[0].source if match.evidence else 0
     return LifePhases(facts).survived(match.first_line, source)

@@ -7,7 +7,10 @@ second time, or any start marker after the server was ready, served or shut down
 Several servers writing to one file are told apart by their API server's pid and their
 collector's container name; an engine or worker process goes to the server whose API pid is the
 nearest below its own (a child's pid follows its parent's), lines without a pid to the lifetime
-the previous line of their container went to.
+the previous line of their container went to. Several inputs are several servers unless one
+continues a process of another (same pid and container, at a later time: a rotated log); output
+with no start marker that did not get past startup belongs to the start below it (an excerpt
+pasted error first).
 
 The engine asks `Lifetimes.route(rule, line)` for the store each match fills (matching/engine.py's
 Router); it imports nothing from here. The prefixes read here (pid, container, time, host) are

@@ -4,7 +4,8 @@ The `series = "traceback"` fact rules (rules/facts/traceback-*.toml, fatal-exit.
 frame, exception line and fatal line in order (Facts.traceback). These checks read them:
 `failure_site` names the first failure of the lifetime that the server did not survive (no
 "ready" after it, not part of a shutdown, not a request error it kept serving through) with its
-exception, message and the vLLM module and function that raised it; `fatal_context` says whether
+exception, message and the vLLM module and function that raised it (a traceback raised in a
+signal handler or under "Exception ignored in" is a teardown, never one); `fatal_context` says whether
 the line a rule matched was such a failure, for rules that read traceback frames.
 """
 
