@@ -108,9 +108,9 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
 
 
 def _got_past(match: Match, facts: Facts) -> bool:
-    """Whether the lifetime became ready, or printed stats, after the line the rule matched."""
+    """Whether the lifetime printed stats, or became ready (a placed ready line), after the line the rule matched."""
     source = match.evidence[0].source if match.evidence else 0
-    return LifePhases(facts).survived(match.first_line, source)
+    return LifePhases(facts).served_after(match.first_line, source)
 
 
 def render_fix(

@@ -46,6 +46,9 @@ class LifePhases:
     def __init__(self, facts: Facts):
         phases = list(facts.phases)
         self.ready = [(line, src) for line, src, name, _p in phases if name == "ready"]
+        # ready lines a process prefix places: uvicorn's bare "INFO:" lines go to stderr, and a capture
+        # of both streams can put them after stdout's last line, an error the server died of included
+        self.ready_placed = [(line, src) for line, src, name, proc in phases if name == "ready" and proc]
         self.shutdown = [(line, src) for line, src, name, _p in phases if name == "shutdown_started"]
         last = facts.stats.last
         self.last_stats = (last[0], last[1]) if last else None
@@ -53,6 +56,13 @@ class LifePhases:
     def survived(self, line: int, source: int) -> bool:
         """The server went on after this line: became ready after it, or printed stats after it."""
         if any(src == source and at > line for at, src in self.ready):
+            return True
+        return self.last_stats is not None and self.last_stats[1] == source and self.last_stats[0] > line
+
+    def served_after(self, line: int, source: int) -> bool:
+        """Like survived, on the evidence that holds in any capture: stats after the line, or a ready
+        line with a process prefix after it."""
+        if any(src == source and at > line for at, src in self.ready_placed):
             return True
         return self.last_stats is not None and self.last_stats[1] == source and self.last_stats[0] > line
 
