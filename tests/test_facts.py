@@ -83,3 +83,19 @@ def test_environment_style_arguments_are_read():
     assert parse_args("TENSOR_PARALLEL_SIZE=4")[0] == {"tensor_parallel_size": 4}
     assert parse_args("VLLM_MAX_MODEL_LEN='8192'")[0] == {"max_model_len": 8192}
     assert parse_args("MODEL_NAME=Qwen/Qwen2.5-7B")[0] == {"model": "Qwen/Qwen2.5-7B"}
+
+
+def test_a_draft_models_max_length_does_not_replace_the_served_models():
+    from vllm_doctor.facts import DRAFT
+
+    facts = Facts()
+    facts.set("max_model_len", 8192, 4)
+    facts.set(DRAFT, "Qwen3NextMTP", 5)
+    facts.set("max_model_len", 262144, 6)  # the draft config's own "Using max model len"
+    assert facts.get("max_model_len") == 8192
+    facts.set("max_model_len", 4096, 9)  # only the one line after the draft's architecture is the draft's
+    assert facts.get("max_model_len") == 4096
+    alone = Facts()  # nothing known before: the first length is the only one there is
+    alone.set(DRAFT, "DeepSeekMTPModel", 1)
+    alone.set("max_model_len", 163840, 2)
+    assert alone.get("max_model_len") == 163840

@@ -77,6 +77,7 @@ class Rule:
     wrapper: bool = False  # a generic wrapper error that yields to a real cause
     fallback: bool = False  # reported only when no other rule explains the failure (unrecognised-failure)
     summary: list[str] = field(default_factory=list)  # first template whose names are known wins
+    survived: list[str] = field(default_factory=list)  # a blocker the server got past: what it means (an info note)
     anchors: list[str] = field(default_factory=list)  # literals that a candidate line must contain
     patterns: list[Pattern] = field(default_factory=list)
     facts: dict[str, str] = field(default_factory=dict)  # named group -> fact name
@@ -195,3 +196,4 @@ class Life:
     server: str | None  # "pid 15836", "vllm-1", "pod/vllm-0/vllm pid 1"
     report: Report
     sources: tuple[int, int] = (0, 0)  # the inputs (indexes into paths) of the first and last line
+    space: int = 0  # its server: the input holding that server's first lines (one per input unless one process)

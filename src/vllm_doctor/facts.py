@@ -35,6 +35,8 @@ FACTS: dict[str, type] = {
     "model": str,
     "device": str,
     "max_model_len": int,
+    "pooling_task": str,  # the pooling task served (embed, classify, score, reward): requests end within a step
+    "speculative.draft_architecture": str,  # a draft/MTP model's "Resolved architecture" (its lines are not the model's)
     "tensor_parallel_size": int,
     "pipeline_parallel_size": int,
     "data_parallel_size": int,
@@ -96,7 +98,7 @@ STATS_FIELDS = {
 
 # fields of one traceback record a `series = "traceback"` rule may fill: a frame (file, lineno,
 # function, code), the exception that ended a traceback (exc_type, exc_message), or a line that says
-# the process failed without one (fatal)
+# the process failed without one (fatal), or one that opens a traceback Python ignored (teardown)
 TRACEBACK_FIELDS = {
     "file": str,
     "lineno": int,
@@ -105,6 +107,7 @@ TRACEBACK_FIELDS = {
     "exc_type": str,
     "exc_message": str,
     "fatal": str,
+    "teardown": str,
 }
 # an HTTP access line (uvicorn's `"POST /v1/completions HTTP/1.1" 500`): its status, counted by class
 ACCESS_FIELDS: dict[str, type] = {"status": int}
@@ -335,6 +338,9 @@ class TracebackRecord:
     fields: dict[str, Any]
 
 
+DRAFT = "speculative.draft_architecture"
+
+
 @dataclass
 class Facts:
     values: dict[str, Any] = field(default_factory=dict)
@@ -346,6 +352,7 @@ class Facts:
     window: dict[str, Any] = field(default_factory=dict)  # a scrape series' window (read/window.py)
     # (line, blob) of every argument dump and command line, as printed: knowledge/command.py rebuilds the serve line
     arg_dumps: deque = field(default_factory=lambda: deque(maxlen=ARG_DUMPS_KEPT))
+    draft_at: int | None = None  # the line a draft model's config began: its max length is the draft's
 
     def add_sample(self, series: str, sample: dict[str, Any], line: Line, text: str, times: int = 1) -> None:
         """One match of a `series` rule: a stats sample, or a traceback record; `times` access lines
@@ -361,6 +368,11 @@ class Facts:
 
     def set(self, name: str, value: Any, line: int = 0) -> None:
         value = convert(FACTS[name], value)
+        if name == DRAFT:
+            self.draft_at = line
+        elif name == "max_model_len" and self.draft_at is not None and name in self.values and line > self.draft_at:
+            self.draft_at = None  # speculative decoding: the draft/MTP model's own "Using max model len"
+            return
         if value is not None:
             self.values[name] = value
             self.where[name] = line

@@ -49,10 +49,21 @@ def explain(paths: list[str], rules: list[Rule] | None = None, options: Options 
         return report
     memo: dict[tuple, tuple[Options, str | None]] = {}
     lives = [_life(rules, life, options, memo, common) for life in found]
-    chosen = options.lifetime if options.lifetime and 1 <= options.lifetime <= len(lives) else len(lives)
+    chosen = options.lifetime if options.lifetime and 1 <= options.lifetime <= len(lives) else _worst(found, lives)
     report = replace(lives[chosen - 1].report, lifetimes=lives, shown=chosen)
-    report.crash_loop = crash_loop([life.outcome if life.end == "fatal" else None for life in lives])
+    space = lives[chosen - 1].space  # the shown server's starts only: another server's failures are not its loop
+    report.crash_loop = crash_loop([x.outcome if x.end == "fatal" and x.space == space else None for x in lives])
     return report
+
+
+_WORST = {"failed": 0, "degraded": 1, "unknown": 2, "healthy": 3}
+
+
+def _worst(found: list[Lifetime], lives: list[Life]) -> int:
+    """The lifetime the report leads with: the latest one; of several servers (several inputs
+    that are not one process), the worst of each one's latest, the later on a tie."""
+    latest = {life.space: life.index for life in found}  # each server's last start
+    return min(latest.values(), key=lambda i: (_WORST.get(lives[i - 1].report.status, 2), -i))
 
 
 def _life(rules: list[Rule], life: Lifetime, options: Options, memo: dict, common: dict[str, Any]) -> Life:
@@ -60,7 +71,10 @@ def _life(rules: list[Rule], life: Lifetime, options: Options, memo: dict, commo
     report = build(rules, life.facts, life.matches, options, recognised=True, life=life, memo=memo, **common)
     top = next((d for d in report.diagnoses if d.severity != "info"), None)
     end = ending(life, report.status, top.category if top else None)
-    server = " ".join(x for x in (life.container, f"pid {life.owner}" if life.owner is not None else None) if x)
+    named = life.container, f"pid {life.owner}" if life.owner is not None else None
+    server = " ".join(x for x in named if x)
+    if len({p for p in common["paths"]}) > 1:  # several inputs: each server is named by its file
+        server = " ".join(x for x in (Path(common["paths"][life.space]).name, server) if x)
     return Life(
         index=life.index,
         started=life.started,
@@ -76,6 +90,7 @@ def _life(rules: list[Rule], life: Lifetime, options: Options, memo: dict, commo
         server=server or None,
         report=report,
         sources=((life.first or (0, 0))[0], (life.last or (0, 0))[0]),
+        space=life.space,
     )
 
 

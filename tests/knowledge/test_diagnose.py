@@ -72,3 +72,23 @@ def test_diagnose_runs_the_checks_and_renders_summary_and_fixes():
     assert [(f.action, f.value, f.flag) for f in out.fixes] == [
         ("Use a size that divides 40", None, "--tensor-parallel-size")
     ]
+
+
+def test_a_blocker_the_lifetime_got_past_is_an_info_note_of_what_it_means():
+    rule = parse({**RULE, "survived": ["{heads} heads noted, and the server served"]}, Path("heads.toml"), checks=CHECKS)
+    match = Match(rule, [Evidence(5, "x")], {"heads": 40, "tp": 3}, 1, 5)
+    [failed] = diagnose([rule], {"heads": match}, Facts())
+    assert failed.severity == "blocker" and failed.fixes
+    ready = Facts()
+    ready.phases.append((9, 0, "ready", "APIServer"))  # ready at line 9, after the match at line 5
+    [note] = diagnose([rule], {"heads": match}, ready)
+    assert (note.severity, note.summary, note.fixes) == ("info", "40 heads noted, and the server served", [])
+    before = Facts()
+    before.phases.append((3, 0, "ready", "APIServer"))  # ready before the error: the error is what ended it
+    assert diagnose([rule], {"heads": match}, before)[0].severity == "blocker"
+    bare = Facts()  # uvicorn's unprefixed ready on stderr: a capture of both streams may put it last
+    bare.phases.append((9, 0, "ready", None))
+    assert diagnose([rule], {"heads": match}, bare)[0].severity == "blocker"
+    plain = parse(RULE, Path("heads.toml"))  # no `survived` text: the summary, and that it was got past
+    [note] = diagnose([plain], {"heads": Match(plain, [Evidence(5, "x")], {"heads": 40, "tp": 1}, 1, 5)}, ready)
+    assert note.severity == "info" and note.summary.endswith("it became ready or served after line 5.")

@@ -79,3 +79,16 @@ def test_this_host_from_a_gpu_pid_or_the_hostname():
     here = Lifetimes()
     here.route(START, line(1, f"Nov 30 01:53:24 {socket.gethostname()} vllm[1]: vLLM API server version 0.4.0"))
     assert from_this_host(here.lives(), None)
+
+
+def test_output_with_no_start_is_part_of_the_start_below():
+    pasted = Lifetimes()  # the error pasted first, the start below it (later times on the error)
+    pasted.route(FACT, line(1, "ERROR 07-14 11:03:51 [core.py:586] EngineCore failed to start."))
+    pasted.route(START, line(4, "INFO 07-14 11:02:40 [api_server.py:1395] vLLM API server version 0.9.2"))
+    pasted.route(FACT, line(5, "INFO 07-14 11:03:50 [gpu_worker.py:232] Available KV cache memory: 9.87 GiB"))
+    [one] = pasted.lives()
+    assert (one.first, one.last) == ((0, 1), (0, 5))
+    untimed = Lifetimes()
+    untimed.route(FACT, line(1, "torch.OutOfMemoryError: CUDA out of memory."))
+    untimed.route(START, line(3, "vLLM API server version 0.7.3"))
+    assert len(untimed.lives()) == 1

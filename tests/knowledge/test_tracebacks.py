@@ -96,3 +96,19 @@ def test_hub_target_says_repo_revision_or_file():
     assert hub(kind=plain, repo="o/r", revision="v0.4", file="config.json")["missing"] == "revision"
     assert hub(kind=plain, repo="o/r", revision="main", file="config.json")["missing"] == "repo"
     assert hub(kind=plain, repo="o/r", revision="main", file="tokenizer.json")["missing"] == "file"
+
+
+def test_a_traceback_raised_in_a_signal_handler_or_ignored_by_python_is_teardown_not_failure():
+    facts = Facts()
+    facts.phases.append((1, 0, "ready", None))
+    record(facts, 3, fatal="Traceback (most recent call last)")
+    record(facts, 4, file="/x/vllm/scripts.py", lineno=41, function="serve", code="uvloop.run(run_server(args))")
+    record(facts, 6, file="/x/vllm/entrypoints/openai/api_server.py", lineno=623, function="signal_handler",
+           code='raise KeyboardInterrupt("terminated")')  # fmt: skip
+    record(facts, 10, level=None, teardown="Exception ignored in")
+    record(facts, 11, level=None, fatal="Traceback (most recent call last)")
+    record(facts, 12, level=None, file="/x/vllm/custom_all_reduce.py", lineno=321, function="__del__", code="close()")
+    record(facts, 14, level=None, exc_type="TypeError", exc_message="'NoneType' object is not callable")
+    assert site(facts).values == {"failure_found": False}
+    record(facts, 30, exc_type="RuntimeError", exc_message="CUDA error: an illegal memory access was encountered")
+    assert site(facts).values["exc_type"] == "RuntimeError"  # a failure after the teardown's traceback still is one

@@ -94,3 +94,14 @@ def test_rules_show_lists_the_numbers_a_rule_can_use(rules):
     assert "tp_sizes returns: " in section and "tp_below" in section and "valid_tp_sizes" in section
     assert "reads this rule's groups: heads, tp" in section
     assert "stats.<aggregate>: " in section and "waiting_max" in section and "max_model_len" in section
+
+
+def test_a_survived_note_is_held_to_the_contract_and_only_for_a_blocker(tmp_path):
+    note = 'summary = ["It happened: {n}."]\nsurvived = ["It happened ({m}) and the server served."]'
+    text = WITH_CHECK.replace('summary = ["It happened: {n}."]', note)
+    assert sorted(line.split(": key ")[1].split(":")[0] for line in problems(tmp_path, text)) == [
+        "'survived'",  # for a warning: it is never demoted
+        "'survived'",  # {m} is no name the rule knows
+    ]
+    blocker = text.replace('severity = "warning"', 'severity = "blocker"').replace("({m})", "({n})")
+    assert problems(tmp_path, blocker) == []

@@ -7,6 +7,7 @@ and writing its snapshot of every diagnosis (test_snapshots.py says how):
     rule = "kv-cache-too-small-for-max-len"   # optional: the top diagnosis's rule
     severity = "blocker"            # optional
     status = "failed"               # optional
+    lifetimes = 1                   # optional: the server lifetimes the input was split into
     not_rules = ["engine-dead"]     # optional: rules that must not be reported
     also_rules = ["kv-capacity"]    # optional: rules that must be reported too (e.g. info ones)
     config = "qwen2.5-7b"           # optional: read with fixtures/configs/<name>/config.json (--config)
@@ -74,6 +75,8 @@ def test_fixture(log: Path, expect: Path, run):
         assert first and first["severity"] == want["severity"]
     if "status" in want:
         assert report["status"] == want["status"]
+    if "lifetimes" in want:
+        assert len(report["lifetimes"]) == want["lifetimes"], [(x["index"], x["outcome"]) for x in report["lifetimes"]]
     fired = {d["rule"] for d in report["diagnoses"]}
     for rule in want.get("not_rules", []):
         assert rule not in fired, f"{rule} must not fire"
@@ -104,8 +107,14 @@ def test_every_diagnosis_rule_has_a_fixture_that_triggers_it(rules, run):
 
 
 def test_healthy_fixtures_get_nothing_above_info(run):
+    """A server that became ready, served and shut down on request (or still serves) gets nothing
+    above info from any built-in rule: every healthy fixture and every healthy lab recording."""
+    import json
+
     healthy = [log for log, expect in CASES if tomllib.loads(expect.read_text())["category"] == "healthy"]
-    assert healthy
+    lab = [json.loads(line) for line in (LAB / "cases.jsonl").read_text().splitlines() if line.strip()]
+    healthy += [LAB / c["file"] for c in lab if c["category"] == "healthy"]
+    assert len(healthy) > len(CASES) // 10 and any(p.parent == LAB for p in healthy)
     for log in healthy:
         loud = [(d.rule, d.severity) for d in run(log).diagnoses if d.severity != "info"]
         assert not loud, f"{log.name}: {loud}"

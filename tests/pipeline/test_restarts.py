@@ -202,3 +202,40 @@ def test_input_that_is_not_vllm_is_unknown(tmp_path):
     assert result.exit_code == 4 and "unknown: no vLLM output recognised" in result.stdout
     assert "exit" in CliRunner().invoke(app, ["--help"]).stdout.lower()
     assert "4 unknown" in CliRunner().invoke(app, ["explain", "--help"]).stdout
+
+
+def test_separate_files_are_separate_servers_and_the_worst_leads_each_named(tmp_path):
+    """Three servers' logs given together (two failed), the healthy one last: not one timeline
+    ending healthy, but the worst server shown, every server named by its file, exit 1."""
+    paths = [str(LAB / n) for n in (OOM, PORT, HEALTHY)]
+    result = explain(*paths, "-q")
+    assert result.exit_code == 1
+    assert result.output.startswith("vllm-doctor: failed: port-in-use (blocker) (server startup-port-in-use.log")
+    assert "the worst of 3; 2 failed" in result.output
+    text = explain(*paths).output
+    for line in ("server cache-oom.log pid 15836: #1 01:53 cache-oom", "server startup-port-in-use.log pid 17748",
+                 "server healthy.log pid 14044: #3 01:48 served since 01:48"):  # fmt: skip
+        assert line in text
+    data = json.loads(explain(*paths, "--format", "json").output)
+    assert data["status"] == "failed" and "crash_loop" not in data  # no loop across servers
+    assert [x["server"] for x in data["lifetimes"]] == ["cache-oom.log pid 15836", "startup-port-in-use.log pid 17748",
+                                                        "healthy.log pid 14044"]  # fmt: skip
+    worst = explain(str(LAB / HEALTHY), str(LAB / OOM), "-q")  # the failure leads wherever it is given
+    assert worst.exit_code == 1 and "failed: cache-oom" in worst.output
+
+
+@pytest.mark.parametrize("prefix", ["", "vllm-1  | "])
+def test_one_servers_log_split_over_two_files_is_one_server(tmp_path, run, prefix):
+    """A rotated log: the second file's first line with a pid continues the first file's process
+    at a later time (lines before it without a pid, like tqdm's, go with it)."""
+    lines = [prefix + x for x in lines_of(HEALTHY)]
+    first, second = tmp_path / "vllm.log.1", tmp_path / "vllm.log"
+    first.write_text("".join(lines[:40]))
+    second.write_text("".join(lines[40:]))
+    data = to_dict(run(first, second))
+    assert [(x["status"], x["outcome"]) for x in data["lifetimes"]] == [
+        ("healthy", "served since 01:48, shut down at 01:48")
+    ]
+    assert data["facts"]["max_model_len"] == 1024 and data["facts"]["kv_cache"]["tokens"] == 1048576
+    backwards = to_dict(run(second, first))  # times that go back: not one process going on
+    assert len(backwards["lifetimes"]) == 2

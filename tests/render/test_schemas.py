@@ -86,9 +86,12 @@ def test_with_the_models_config_and_a_target(name, run):
     assert data["facts"]["model_shape"]["layers"] is not None
 
 
-def test_a_crash_loop_and_several_inputs_validate(run):
-    data = conforms(to_json(run(LAB / "cache-oom.log", LAB / "cache-oom.log", LAB / "cache-oom.log")))
+def test_a_crash_loop_and_several_inputs_validate(run, tmp_path):
+    loop = tmp_path / "loop.log"  # one server's three starts in one file; a second server in another
+    loop.write_bytes((LAB / "cache-oom.log").read_bytes() * 3)
+    data = conforms(to_json(run(LAB / "healthy.log", loop)))
     assert data["crash_loop"]["times"] == 3 and all("path" in e for e in data["diagnoses"][0]["evidence"])
+    assert [x["server"] for x in data["lifetimes"]] == ["healthy.log pid 14044"] + ["loop.log pid 15836"] * 3
 
 
 def test_the_cli_json_validates_end_to_end(tmp_path):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from vllm_doctor.data import SEVERITIES, Diagnosis, Fix, FixOut, Match, Rule
 from vllm_doctor.facts import Facts
 from vllm_doctor.knowledge import fixcheck
 from vllm_doctor.knowledge.checks import CHECKS, CheckInput, CheckResult, Options
+from vllm_doctor.knowledge.tracebacks import LifePhases
 from vllm_doctor.matching import expr
 
 _SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -51,6 +53,13 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
     if rule.when and not expr.Condition(rule.when)(values):
         return None
     summary = next((s for s in (expr.render(t, values) for t in rule.summary) if s is not None), rule.title)
+    severity = rule.severity
+    if severity == "blocker" and match is not None and _got_past(match, facts):
+        # the lifetime became ready or served after this line: not what ended it, a note of what it means
+        severity = "info"
+        note = next((s for s in (expr.render(t, values) for t in rule.survived) if s is not None), None)
+        summary = note or f"{summary} The server got past it: it became ready or served after line {match.first_line}."
+        rule = replace(rule, fixes=[])  # its fixes are for the failure it names, which did not happen
     fixes: list[FixOut] = []
     used: set[str] = set()
     dropped: list[tuple[str, str]] = []
@@ -82,7 +91,7 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
     return Diagnosis(
         rule=rule.id,
         category=rule.category or "",
-        severity=rule.severity,
+        severity=severity,
         confidence=confidence,
         title=rule.title,
         summary=summary,
@@ -96,6 +105,12 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
         fallback=rule.fallback,
         first_line=match.first_line if match else (evidence[0].line if evidence else 0),
     )
+
+
+def _got_past(match: Match, facts: Facts) -> bool:
+    """Whether the lifetime printed stats, or became ready (a placed ready line), after the line the rule matched."""
+    source = match.evidence[0].source if match.evidence else 0
+    return LifePhases(facts).served_after(match.first_line, source)
 
 
 def render_fix(

@@ -7,12 +7,15 @@ second time, or any start marker after the server was ready, served or shut down
 Several servers writing to one file are told apart by their API server's pid and their
 collector's container name; an engine or worker process goes to the server whose API pid is the
 nearest below its own (a child's pid follows its parent's), lines without a pid to the lifetime
-the previous line of their container went to.
+the previous line of their container went to. Several inputs are several servers unless one
+continues a process of another (same pid and container, at a later time: a rotated log); output
+with no start marker that did not get past startup belongs to the start below it (an excerpt
+pasted error first).
 
 The engine asks `Lifetimes.route(rule, line)` for the store each match fills (matching/engine.py's
 Router); it imports nothing from here. The prefixes read here (pid, container, time, host) are
 read from the line's raw text with local patterns: read/lineparse.py strips them for matching
-and keeps only the process name, and the split needs the rest. Imports data and knowledge.facts.
+and keeps only the process name, and the split needs the rest. Imports data and facts.
 """
 
 from __future__ import annotations
@@ -61,6 +64,11 @@ class Who:
     time: str | None  # "11-30 01:53:24" as the log has it (no year)
     host: str | None
     own_clock: bool = True  # the time is vLLM's own (not a collector's timestamp on the line)
+    space: int = 0  # the input whose server this line is of (Lifetimes.route sets it)
+
+    @property
+    def key(self) -> tuple[int, str | None]:
+        return self.space, self.container
 
 
 def who(line: Line) -> Who:
@@ -97,6 +105,7 @@ def seconds(time: str | None) -> int | None:
 class Lifetime:
     index: int  # 1-based, in the order the starts appear
     container: str | None
+    space: int = 0  # the input that holds this server's first lines (several inputs are several servers)
     owner: int | None = None  # the API server's pid (or the first pid that started it)
     facts: Facts = field(default_factory=Facts)
     matches: dict[str, Match] = field(default_factory=dict)
@@ -109,6 +118,7 @@ class Lifetime:
     pids: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     own_clock: bool = False  # started/ended are vLLM's own times (a collector's are used only without them)
+    headless: bool = False  # opened by output before any start marker (an excerpt, a log cut at its head)
 
     @property
     def ready(self) -> bool:
@@ -138,11 +148,13 @@ class Lifetimes:
 
     def __init__(self) -> None:
         self.all: list[Lifetime] = []
-        self._by_pid: dict[tuple[str | None, int], Lifetime] = {}
-        self._last: dict[str | None, Lifetime] = {}  # container -> the lifetime its last line went to
+        self._by_pid: dict[tuple[int, str | None, int], Lifetime] = {}
+        self._last: dict[tuple[int, str | None], Lifetime] = {}  # (space, container) -> where its last line went
+        self._spaces: dict[int, int] = {}  # input -> the input whose server it continues (itself: another server)
 
     def route(self, rule: Rule, line: Line) -> tuple[Facts, dict[str, Match]]:
         w = who(line)
+        w.space = self._space(line.source, w)
         life = self._find(w, start=rule.phase == START)
         if rule.phase == START:
             kind = (rule.id, w.process)
@@ -151,6 +163,7 @@ class Lifetimes:
             life.kinds.add(kind)
         elif life is None:
             life = self._open(w, superseded=None)  # output before any start: a lifetime cut at its head
+            life.headless = True
         if rule.phase == READY and life.ready_at is None:  # uvicorn's lines carry no time: the last one seen
             life.ready_at = (w.time if w.own_clock or not life.own_clock else life.ended) or life.ended or "?"
         self._touch(life, w, line)
@@ -158,19 +171,51 @@ class Lifetimes:
 
     def _find(self, w: Who, start: bool) -> Lifetime | None:
         if w.pid is not None:
-            known = self._by_pid.get((w.container, w.pid))
+            known = self._by_pid.get((*w.key, w.pid))
             if known is not None:
                 return known
-            mine = [life for life in self.all if life.container == w.container]
+            mine = [life for life in self.all if _key(life) == w.key]
             if start and w.process == "APIServer" and mine and mine[-1].owner not in (None, w.pid):
                 return None  # another API server: another server (or a restart with a new pid)
             below = [life for life in mine if life.owner is not None and life.owner <= w.pid]
             if below:
                 return max(below, key=lambda life: (life.owner or 0, life.index))
-        return self._last.get(w.container)
+        return self._last.get(w.key)
+
+    def _space(self, source: int, w: Who) -> int:
+        """Several inputs are separate servers unless an input continues a process of an earlier
+        one: its first line with a pid has that pid in the same container, at a time not before
+        that lifetime's end (a rotated log). Its lines before that one wait in a space of their own
+        and join the earlier server with it."""
+        if source in self._spaces:
+            return self._spaces[source]
+        if w.pid is None:
+            return source  # undecided yet
+        self._spaces[source] = source
+        t = seconds(w.time)
+        for (space, container, pid), life in self._by_pid.items():
+            end = seconds(life.ended)
+            follows = t is not None and end is not None and t >= end
+            if space != source and (container, pid) == (w.container, w.pid) and follows:
+                self._spaces[source] = space
+                self._rejoin(source, space)
+                break
+        return self._spaces[source]
+
+    def _rejoin(self, source: int, space: int) -> None:
+        """The lines an input routed before it was known to continue `space`: into that server's last lifetime."""
+        for life in [x for x in self.all if x.space == source]:
+            into = self._last.get((space, life.container))
+            if into is None:
+                life.space = space
+                continue
+            _merge(into, life)
+            self.all.remove(life)
+        self._last = {k: v for k, v in self._last.items() if k[0] != source}
+        self._by_pid = {k: v for k, v in self._by_pid.items() if k[0] != source}
 
     def _open(self, w: Who, superseded: Lifetime | None) -> Lifetime:
-        life = Lifetime(index=len(self.all) + 1, container=w.container, owner=w.pid)
+        life = Lifetime(index=len(self.all) + 1, container=w.container, owner=w.pid, space=w.space)
         if superseded is not None:  # its processes died with it: their pids may come back (pid 1 in a container)
             for key in [k for k, v in self._by_pid.items() if v is superseded]:
                 del self._by_pid[key]
@@ -179,7 +224,7 @@ class Lifetimes:
 
     def _touch(self, life: Lifetime, w: Who, line: Line) -> None:
         if w.pid is not None:
-            self._by_pid.setdefault((w.container, w.pid), life)
+            self._by_pid.setdefault((*w.key, w.pid), life)
             life.pids.add(w.pid)
             if life.owner is None:
                 life.owner = w.pid
@@ -195,28 +240,34 @@ class Lifetimes:
                 life.own_clock, life.started = True, None
             life.started = life.started or w.time
             life.ended = w.time
-        self._last[w.container] = life
+        self._last[w.key] = life
 
     def lives(self) -> list[Lifetime]:
         """Every lifetime (each was opened by a line routed to it), renumbered from 1. A start that
         says nothing but its banner and arguments, right after output that had no start, is that
-        output's header pasted below it (an excerpt), not a restart: it is merged into it."""
+        output's header pasted below it (an excerpt), not a restart: it is merged into it. Output
+        with no start that did not get past startup is part of the start below it (the error
+        pasted above the banner), unless its times say it came before that start."""
         out: list[Lifetime] = []
         for life in self.all:
-            head = next((o for o in reversed(out) if o.container == life.container), None)
-            if head is not None and not head.kinds and life is self._latest(life.container) and _thin(life):
+            head = next((o for o in reversed(out) if _key(o) == _key(life)), None)
+            if head is not None and not head.kinds and life is self._latest(_key(life)) and _thin(life):
                 _merge(head, life)
                 continue
-            if head is not None and not head.kinds and _prelude(head):
-                _merge(life, head, before=True)  # import-time warnings printed before the banner
+            if head is not None and ((not head.kinds and _prelude(head)) or _pasted_above(head, life)):
+                _merge(life, head, before=True)  # import-time warnings, or the error pasted above its start
                 out.remove(head)
             out.append(life)
         for i, life in enumerate(out, 1):
             life.index = i
         return out
 
-    def _latest(self, container: str | None) -> Lifetime | None:
-        return next((life for life in reversed(self.all) if life.container == container), None)
+    def _latest(self, key: tuple[int, str | None]) -> Lifetime | None:
+        return next((life for life in reversed(self.all) if _key(life) == key), None)
+
+
+def _key(life: Lifetime) -> tuple[int, str | None]:
+    return life.space, life.container
 
 
 def _thin(life: Lifetime) -> bool:
@@ -234,6 +285,16 @@ def _prelude(life: Lifetime) -> bool:
     return not (stats.samples or stats.preemptions is not None or life.ready_at or life.facts.phases) and all(
         m.rule.severity != "blocker" for m in life.matches.values()
     )
+
+
+def _pasted_above(head: Lifetime, below: Lifetime) -> bool:
+    """Output with no start marker that belongs to the start below it: it never became ready nor
+    shut down (a tail of an earlier server would have), and it is not older than that start (a log
+    cut at its head is the tail of the start before, written earlier)."""
+    if not head.headless or head.progressed:
+        return False
+    ended, started = seconds(head.ended), seconds(below.started)
+    return ended is None or started is None or ended >= started
 
 
 def _merge(into: Lifetime, other: Lifetime, before: bool = False) -> None:

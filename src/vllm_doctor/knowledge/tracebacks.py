@@ -4,7 +4,8 @@ The `series = "traceback"` fact rules (rules/facts/traceback-*.toml, fatal-exit.
 frame, exception line and fatal line in order (Facts.traceback). These checks read them:
 `failure_site` names the first failure of the lifetime that the server did not survive (no
 "ready" after it, not part of a shutdown, not a request error it kept serving through) with its
-exception, message and the vLLM module and function that raised it; `fatal_context` says whether
+exception, message and the vLLM module and function that raised it (a traceback raised in a
+signal handler or under "Exception ignored in" is a teardown, never one); `fatal_context` says whether
 the line a rule matched was such a failure, for rules that read traceback frames.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 from urllib.parse import quote_plus
 
 from vllm_doctor.data import cut_evidence
-from vllm_doctor.facts import TracebackRecord
+from vllm_doctor.facts import Facts, TracebackRecord
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
 
 FRAME_GAP = 12  # lines between two frames of one traceback (code lines, ^^^ markers, interleaved workers)
@@ -39,19 +40,29 @@ def module_of(path: str) -> str:
     return p[:-3].replace("/", ".") if p.endswith(".py") else p.replace("/", ".")
 
 
-class _Life:
+class LifePhases:
     """The phases of one lifetime as the checks need them: where it became ready, where a shutdown began."""
 
-    def __init__(self, inp: CheckInput):
-        phases = list(inp.facts.phases)
+    def __init__(self, facts: Facts):
+        phases = list(facts.phases)
         self.ready = [(line, src) for line, src, name, _p in phases if name == "ready"]
+        # ready lines a process prefix places: uvicorn's bare "INFO:" lines go to stderr, and a capture
+        # of both streams can put them after stdout's last line, an error the server died of included
+        self.ready_placed = [(line, src) for line, src, name, proc in phases if name == "ready" and proc]
         self.shutdown = [(line, src) for line, src, name, _p in phases if name == "shutdown_started"]
-        last = inp.facts.stats.last
+        last = facts.stats.last
         self.last_stats = (last[0], last[1]) if last else None
 
     def survived(self, line: int, source: int) -> bool:
         """The server went on after this line: became ready after it, or printed stats after it."""
         if any(src == source and at > line for at, src in self.ready):
+            return True
+        return self.last_stats is not None and self.last_stats[1] == source and self.last_stats[0] > line
+
+    def served_after(self, line: int, source: int) -> bool:
+        """Like survived, on the evidence that holds in any capture: stats after the line, or a ready
+        line with a process prefix after it."""
+        if any(src == source and at > line for at, src in self.ready_placed):
             return True
         return self.last_stats is not None and self.last_stats[1] == source and self.last_stats[0] > line
 
@@ -111,12 +122,53 @@ def _records(inp: CheckInput) -> list[TracebackRecord]:
     return sorted(inp.facts.traceback, key=lambda r: (r.source, r.line))  # merged lifetimes: in line order
 
 
+def _same(a: TracebackRecord, b: TracebackRecord) -> bool:
+    return a.source == b.source and not (a.process and b.process and a.process != b.process)
+
+
+def teardown(records: list[TracebackRecord]) -> set[int]:
+    """The records of tracebacks that are part of a teardown: one with a frame in a signal handler
+    (the server was told to stop) or one under Python's "Exception ignored in" (ignored by definition),
+    from its header to its exception line."""
+    out: set[int] = set()
+    for i, r in enumerate(records):
+        # (a frame joined to its code line can read "signal_handlerraise": the join lost the newline)
+        if not str(r.fields.get("function", "")).startswith("signal_handler") and "teardown" not in r.fields:
+            continue
+        group = {i}
+        at = r.line
+        for j in range(i - 1, -1, -1):  # up to the header: frames of the same traceback above it
+            o = records[j]
+            if not _same(o, r):
+                continue
+            if "exc_type" in o.fields or "teardown" in o.fields or at - o.line > FRAME_GAP:
+                break
+            group.add(j)
+            at = o.line
+        at = r.line
+        for j in range(i + 1, len(records)):  # down to its exception line
+            o = records[j]
+            if not _same(o, r):
+                continue
+            if o.line - at > FRAME_GAP or "teardown" in o.fields:
+                break
+            group.add(j)
+            at = o.line
+            if "exc_type" in o.fields:
+                break
+        out |= group
+    return out
+
+
 def failure(inp: CheckInput) -> tuple[int, list[TracebackRecord]] | None:
     """The first failure the lifetime did not survive (index into the records), and its frames."""
     records = _records(inp)
-    life = _Life(inp)
+    life = LifePhases(inp.facts)
+    ignored = teardown(records)
     live = [
-        i for i, r in enumerate(records) if r.level not in ("INFO", "DEBUG", "WARNING") and life.fatal(r.line, r.source)
+        i
+        for i, r in enumerate(records)
+        if r.level not in ("INFO", "DEBUG", "WARNING") and i not in ignored and life.fatal(r.line, r.source)
     ]
     for kind in ("exc_type", "fatal", "function"):
         chosen = next((i for i in live if kind in records[i].fields), None)
@@ -191,7 +243,7 @@ def fatal_context(inp: CheckInput) -> CheckResult:
     if match is None:
         return CheckResult()
     source = match.evidence[0].source if match.evidence else 0
-    life = _Life(inp)
+    life = LifePhases(inp.facts)
     survived = life.survived(match.first_line, source)
     during = life.in_shutdown(match.first_line, source)
     return CheckResult({"survived": survived, "during_shutdown": during, "fatal_here": not survived and not during})

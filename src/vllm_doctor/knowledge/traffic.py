@@ -27,7 +27,7 @@ def request_limit(inp: CheckInput) -> CheckResult:
 
 
 @check(
-    reads={"scheduling_policy", "max_num_seqs", "enable_lora"},  # and the stats series (facts.stats)
+    reads={"scheduling_policy", "max_num_seqs", "enable_lora", "pooling_task"},  # and the stats series (facts.stats)
     returns={"stats_samples", "waiting_max", "waiting_samples", "kv_usage_max_pct", "waiting_kv_max_pct",
              "kv_near_full_pct", "preemptions", "full_run_max", "running_while_waiting_max", "queue_kind"},
 )  # fmt: skip
@@ -57,6 +57,10 @@ def queue_kind(inp: CheckInput) -> CheckResult:
         out["queue_kind"] = "cache-full"
     elif preempted and policy == "priority":
         out["queue_kind"] = "priority"
+    elif inp.get("pooling_task") and s.waiting_samples and s.prompt_samples:
+        # a pooling request ends within the step that takes it: 0 running and 0% KV at every
+        # sample while prompts are processed is a server at its throughput, not a stall
+        out["queue_kind"] = "pooling"
     elif s.waiting_samples >= 2 or (s.waiting_max or 0) >= 4 or (s.samples == 1 and s.waiting_samples):
         out["queue_kind"], confidence = _why_waiting(inp, s)
     return CheckResult(out, evidence, confidence)

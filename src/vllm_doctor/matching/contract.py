@@ -58,8 +58,9 @@ def known_names(rule: Rule, groups: Iterable[str], checks: Checks) -> set[str]:
 def used_names(rule: Rule) -> list[tuple[str, str, str]]:
     """(key, name, how it is written) for every name the rule's templates and conditions use."""
     out: list[tuple[str, str, str]] = []
-    for t in rule.summary:
-        out += [("summary", n, f"{{{n}}}") for n in sorted(expr.template_names(t))]
+    for key, templates in (("summary", rule.summary), ("survived", rule.survived)):
+        for t in templates:
+            out += [(key, n, f"{{{n}}}") for n in sorted(expr.template_names(t))]
     if rule.when:
         out += [("when", n, repr(n)) for n in sorted(_condition_names(rule.when))]
     for i, fix in enumerate(rule.fixes):

@@ -29,7 +29,7 @@ MAX_PATTERNS = 32
 
 _RULE_KEYS = {
     "id", "kind", "category", "title", "severity", "confidence", "priority", "wrapper", "fallback", "summary",
-    "explanation", "anchors", "patterns", "facts", "series", "phase", "checks", "when", "fixes",
+    "survived", "explanation", "anchors", "patterns", "facts", "series", "phase", "checks", "when", "fixes",
     "references", "names", "bulk",
 }  # fmt: skip
 _PATTERN_KEYS = {"regex", "since", "until", "source", "level", "unless", "example", "counter_example"}
@@ -420,6 +420,11 @@ def _diagnosis_rule(data: dict, rule: Rule, out: _Problems) -> None:
         out.templates(t, "summary")
     if summary == []:
         out.add("summary", "is missing")
+    rule.survived = out.strings(data, "survived") or []
+    for t in rule.survived:
+        out.templates(t, "survived")
+    if rule.survived and severity != "blocker":
+        out.add("survived", "is for a blocker: what it means when the server got past it")
     rule.severity, rule.confidence, rule.priority, rule.wrapper = severity, confidence, priority, wrapper
 
 

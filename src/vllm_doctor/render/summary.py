@@ -32,6 +32,11 @@ def _after(report: Report) -> str:
     """What came before the start shown: " (start 3 of 3; 2 earlier starts failed)"."""
     if len(report.lifetimes) < 2 or not report.shown:
         return ""
+    servers = {life.space for life in report.lifetimes}
+    if len(servers) > 1:  # several inputs, several servers: the worst one is shown
+        shown = report.lifetimes[report.shown - 1]
+        failed = len({life.space for life in report.lifetimes if life.report.status == "failed"})
+        return f" (server {shown.server}, the worst of {len(servers)}; {failed} failed)"
     failed = sum(1 for life in report.lifetimes[: report.shown - 1] if life.report.status == "failed")
     where = f"start {report.shown} of {len(report.lifetimes)}"
     return f" ({where}; {failed} earlier start{'s' if failed != 1 else ''} failed)" if failed else f" ({where})"
@@ -46,7 +51,13 @@ def timeline(report: Report) -> list[str]:
     with no sign of why): "3 starts: #1 01:54 cache-oom, #2 01:58 port-in-use, #3 02:03 serving since 02:04"."""
     lives = report.lifetimes
     out: list[str] = []
-    if len(lives) > 1:
+    servers = {life.space for life in lives}
+    if len(servers) > 1:  # one line per server, each named by its input
+        for space in sorted(servers):
+            mine = [life for life in lives if life.space == space]
+            parts = [f"#{life.index} {_hhmm(life.started)} {life.outcome}" for life in mine]
+            out.append(f"server {mine[0].server}: " + ", ".join(parts))
+    elif len(lives) > 1:
         parts = [f"#{life.index} {_hhmm(life.started)} {life.outcome}" for life in lives]
         out.append(f"{len(lives)} starts: " + ", ".join(parts))
         if report.shown and report.shown != len(lives):
