@@ -148,7 +148,7 @@ def build(
         diagnoses=diagnoses,
         facts=report_facts,
         warnings=warnings,
-        corrected=corrected(facts, diagnoses),
+        corrected=corrected(facts, diagnoses, local.shape),
         series=facts.stats.points,
     )
 
