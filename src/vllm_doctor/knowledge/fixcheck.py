@@ -70,11 +70,11 @@ def refuse(
             return f"{value} is not below the current {flag} {now}"
         if direction == "raise" and new <= old:
             return f"{value} is not above the current {flag} {now}"
+    if flag == UTIL_FLAG:  # an explicit KV space says it first, then the backend
+        return _utilization(direction, new, old, values) or _backend(flag, direction, value, values)
     why = _backend(flag, direction, value, values)
     if why:
         return why
-    if flag == UTIL_FLAG:
-        return _utilization(direction, new, old, values)
     if flag == TP_FLAG and new is not None:
         why = _tp(int(new), values, shape)
     if flag == LEN_FLAG and direction == "lower":

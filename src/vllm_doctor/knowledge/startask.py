@@ -42,6 +42,14 @@ ASKED = {
     "--pipeline-parallel-size": "pp",
 }  # fmt: skip
 
+_TP = ("tp-heads", "tp-kv-heads", "tp-vocab", "cpu-numa", "cpu-bind", "cache", "gpus")
+ADDRESSES = {  # the refusals a fix to this flag is for
+    "--tensor-parallel-size": _TP, "--pipeline-parallel-size": ("pp-layers", "gpus", "cpu-numa", "cpu-bind"),
+    "--max-model-len": ("context", "cache"), "--kv-cache-dtype": ("cache",), "--block-size": ("cache",),
+    "--kv-cache-memory-bytes": ("cache",), "--num-gpu-blocks-override": ("cache",), "--quantization": ("cpu-fp8",),
+    SPACE: ("cache", "cpu-kvcache-space"), BIND: ("cpu-numa", "cpu-bind"), "VLLM_ALLOW_LONG_MAX_MODEL_LEN": ("context",),
+}  # fmt: skip
+
 
 def host_numa_nodes() -> int | None:
     return len(list(NUMA_NODES.glob("node[0-9]*"))) or None if NUMA_NODES.is_dir() else None
@@ -154,9 +162,12 @@ def reask(flag: str | None, value: str | None, values: dict[str, Any], shape: Mo
         return None
     from vllm_doctor.capacity.start import ask
 
-    answer = ask(fixed)
-    if answer.starts is False:
-        return f"with {flag} {value} it still does not start: {answer.reason}"
+    before, after = {w for w, _ in ask(q).refusals}, ask(fixed)
+    # what the fix breaks, or what it is for and still refuses; a refusal the log's own start passed
+    # (a config that is not quite the served model's) is not the fix's to mend
+    left = [why for what, why in after.refusals if what not in before or what in ADDRESSES.get(flag, ())]
+    if left or not after.fixable:
+        return f"with {flag} {value} it still does not start: {'; '.join(left) or after.reason}"
     return None
 
 
