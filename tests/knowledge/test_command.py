@@ -30,7 +30,7 @@ def test_lab_recording_gets_its_own_command_with_the_length_that_starts(run):
     assert shlex.split(c.line)[1:4] == ["vllm", "serve", "/models/wide-llama"]
 
 
-def test_pasted_command_over_several_lines_with_its_secret_masked(run, tmp_path):
+def test_pasted_command_over_several_lines_with_its_secret_as_a_variable(run, tmp_path):
     log = tmp_path / "pasted.log"
     log.write_text(
         f"$ vllm serve meta-llama/Llama-3.1-8B-Instruct --api-key {SECRET} \\\n"
@@ -48,8 +48,11 @@ def test_pasted_command_over_several_lines_with_its_secret_masked(run, tmp_path)
     assert "Corrected command (fix 1" in text and "--max-model-len 80864" in text
     assert "```sh\nvllm serve meta-llama/Llama-3.1-8B-Instruct" in md
     assert data["corrected_command"]["change"] == "--max-model-len 80864"
+    # the line runs as pasted: the key is the variable vLLM reads, never the value nor a mask
+    assert words[words.index("--api-key") + 1] == "$VLLM_API_KEY"
     for out in (text, md, data["corrected_command"]["line"]):
-        assert SECRET not in out and "[REDACTED]" in out
+        assert SECRET not in out and '--api-key "$VLLM_API_KEY"' in out
+    assert "[REDACTED]" not in data["corrected_command"]["line"]
 
 
 def test_no_command_in_the_log_no_corrected_command(run):
