@@ -77,3 +77,15 @@ def test_tp_against_heads_and_gpus():
     assert f32.numbers["weights_gib"] == pytest.approx(2 * one_card.numbers["weights_gib"], abs=0.01)
     (layers,) = parallel.tp_shape(ctx("llama-3-8b", "-pp", "64", gpus=64))
     assert (layers.rule, layers.numbers, layers.fixes[0].value) == ("check-pp-layers", {"pp": 64, "layers": 32}, "32")
+
+
+def test_cpu_fit_is_the_capacity_models_answer_in_whole_gib():
+    """The lab's cache-oom: 32,768 tokens x 131,072 B = 4 GiB, the null block on top: 5 GiB, as vLLM reads it."""
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    (found,) = fit.fit(ctx("lab-wide-llama", "--max-model-len", "32768", env=env, backend="cpu"))
+    assert found.rule == "check-cache-oom-cpu" and found.numbers["fit_max_model_len"] == 8064
+    assert "Set VLLM_CPU_KVCACHE_SPACE=5" in [f.action for f in found.fixes]
+    (ok,) = fit.fit(ctx("lab-wide-llama", "--max-model-len", "32768", env={"VLLM_CPU_KVCACHE_SPACE": "5"}, backend="cpu"))
+    assert ok.rule == "check-kv-cache-fits-cpu"
+    with pytest.raises(CannotRun, match="whole GiB"):  # vLLM's int("4.02") refuses the start
+        fit.fit(ctx("lab-wide-llama", "--max-model-len", "32768", env={"VLLM_CPU_KVCACHE_SPACE": "4.02"}, backend="cpu"))
