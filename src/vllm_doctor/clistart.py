@@ -205,6 +205,19 @@ def plan(
     ] = None,
     kv_cache_memory: KvCacheMemoryOpt = None,
     cpu_kvcache_space: CpuKvSpaceOpt = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu: the CPU backend (128-token blocks).")] = None,
+    no_hybrid: Annotated[
+        bool, typer.Option("--disable-hybrid-kv-cache-manager", help="Windowed layers sized as full attention.")
+    ] = False,
+    prefix_caching: Annotated[
+        bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching (Mamba state).")
+    ] = True,
+    batched: Annotated[
+        Optional[int], typer.Option("--max-num-batched-tokens", min=1, help="Tokens in flight of windowed layers.")
+    ] = None,
+    env: Annotated[
+        list[str], typer.Option("--env", help="VAR=value of the start (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, ...).")
+    ] = [],  # noqa: B006 (typer's list default)
     offline: OfflineOpt = False,
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Do not ask NVML for the GPUs.")] = False,
     format: FormatOpt = None,
@@ -224,8 +237,22 @@ def plan(
         utilization=utilization, max_model_len=max_model_len, tp=tp, kv_cache_dtype=kv_cache_dtype,
         quantization=quantization, target_concurrency=target_concurrency, block_size=block_size or 0,
         prompt_len=prompt_len, samples=samples, overhead=overhead, offline=offline,
-        kv_cache_memory=kv_cache_memory, cpu_kvcache_space=cpu_kvcache_space,
+        kv_cache_memory=kv_cache_memory, cpu_kvcache_space=cpu_kvcache_space, device=device,
+        hybrid_manager=not no_hybrid, prefix_caching=prefix_caching, max_num_batched_tokens=batched,
+        env=_env_words(env),
     )  # fmt: skip
     result = planner.make_plan(request, skipped("--no-gpu") if no_gpu else snapshot())
     emit(result, fmt, path, done=f"plan {'fits' if result.fits else 'does not fit'};")
     raise typer.Exit(0 if result.fits else 1)
+
+
+def _env_words(words: list[str]) -> dict[str, str]:
+    from vllm_doctor.errors import DoctorError
+
+    out = {}
+    for w in words:
+        key, eq, value = w.partition("=")
+        if not eq or not key:
+            raise DoctorError(f"--env {w!r}: VAR=value")
+        out[key] = value
+    return out

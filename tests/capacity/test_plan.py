@@ -87,16 +87,17 @@ def test_valid_tp_sizes_and_the_serve_line():
 
 
 def test_a_plan_that_does_not_fit_exits_1():
-    result = plan(CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--no-gpu")
+    result = plan(CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--gpus", "1", "--no-gpu")
     assert result.exit_code == 1 and "no room for the KV cache" in result.output
     result = plan(CONFIGS / "llama-3-8b", "--gpu-memory", "80GB", "-tp", "3", "--gpus", "4", "--no-gpu")
-    assert result.exit_code == 1 and "does not divide the heads; valid sizes: 1, 2, 4" in result.output
+    # the plan is its serve line's: TP 3 does not divide the heads, 4 does and fits, so it plans 4
+    assert result.exit_code == 0 and "does not divide the heads; valid sizes: 1, 2, 4" in result.output
     code, data = plan_json(*SEED, "--max-model-len", "500000")
     m = data["models"][0]
-    assert code == 1 and "the longest is 442,480" in m["problems"][0]
-    # TP 1 does not hold the length asked for, TP 2 does: the serve line says so and uses it
+    # TP 1 does not hold the length asked for, TP 2 does: the plan says so and is TP 2's, the serve line's
+    assert code == 0 and not m["problems"] and "the longest is 442,480" in m["notes"][0]
     assert "--max-model-len 500000" in m["serve_command"] and "--tensor-parallel-size 2" in m["serve_command"]
-    assert "--tensor-parallel-size 1 does not fit; 2 does: the serve line uses it" in m["notes"]
+    assert m["notes"][0].startswith("--tensor-parallel-size 1 does not fit") and m["notes"][0].endswith("the plan is for 2, which does")
 
 
 def test_target_concurrency_gives_the_length():
@@ -141,7 +142,7 @@ def test_several_models_on_one_card():
         assert m["gpu_memory_utilization"] == f and m["worst_case_sequences"] >= 1
         assert f"--gpu-memory-utilization {f:.2f}" in m["serve_command"]
     code, data = plan_json(
-        CONFIGS / "llama-3-70b", CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--max-model-len", "8192"
+        CONFIGS / "llama-3-70b", CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--max-model-len", "8192", "--gpus", "1"
     )
     assert code == 1 and data["split"] is None and "do not fit together" in data["notes"][-1]
 

@@ -86,3 +86,31 @@ def test_the_hybrid_manager_off_for_chunked_local_attention() -> None:
     flag = start.ask(query(shape, [*meta["command"][2:], "--disable-hybrid-kv-cache-manager"], {}))
     assert on.layout.hybrid and not off.layout.hybrid
     assert off.layout.groups == flag.layout.groups and off.tokens == flag.tokens
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[p.stem for p in RUNS])
+def test_plan_predicts_what_vllm_did(run: Path, tmp_path: Path) -> None:
+    """plan, given the recording's config and its flags (the CPU backend, --kv-cache-memory-bytes, the
+    hybrid manager, batched tokens, TP), says start-or-refuse and the KV tokens vLLM printed within 1%."""
+    from vllm_doctor.capacity.plan import PlanRequest, make_plan
+    from vllm_doctor.capacity.gpu import skipped
+
+    meta = json.loads(run.read_text())
+    seen = printed(run.with_suffix(".log").read_text(errors="replace"))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(meta["config"]))
+    a = parse(meta["command"][2:], env=meta["env"])
+    req = PlanRequest(
+        configs=[str(config)], max_model_len=a.integer("max_model_len"), tp=a.tp, gpus=a.tp, device="cpu",
+        kv_cache_dtype=a.text("kv_cache_dtype") or "auto", kv_cache_memory=a.text("kv_cache_memory_bytes"),
+        hybrid_manager=not a.on("disable_hybrid_kv_cache_manager"), max_num_batched_tokens=a.integer("max_num_batched_tokens"),
+        env=dict(a.env), offline=True,
+    )  # fmt: skip
+    mp = make_plan(req, skipped("--no-gpu")).models[0]
+    assert mp.fits == ("tokens" in seen), mp.problems
+    if "tokens" in seen:  # V1's figure, int(concurrency x L); a plain model's "tokens that fit" row stays the
+        # seed's memory / bytes per token (test_plan.py's seed), 2.4% above it at 5,000 (off the 128-token grid)
+        assert mp.budget.capacity(req.max_model_len).tokens == pytest.approx(seen["tokens"], rel=0.01)
+        assert mp.budget.tokens == pytest.approx(seen["tokens"], rel=0.01 if req.max_model_len % 128 == 0 else 0.025)
+    else:
+        assert mp.budget.longest_sequence == pytest.approx(seen["estimated_max_len"], rel=0.01)
