@@ -303,6 +303,11 @@ def _model_plan(
             f"no room for the KV cache: the weights ({fmt_size(budget.weights_per_gpu, unit)} per GPU) and overheads "
             f"take all of {fmt_size(gpu_bytes, unit)} x {utilization:.2f}"
         )
+    elif length and shape.derived_max_model_len and length > budget.length_cap:  # vLLM refuses it before the cache
+        mp.problems.append(
+            f"--max-model-len {fmt_int(length)} is above the model's maximum {fmt_int(shape.derived_max_model_len)} "
+            f"({shape.max_len_key}); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+        )
     elif length and budget.longest_sequence < length:
         mp.problems.append(
             f"one {fmt_int(length)}-token sequence does not fit: the longest is {fmt_int(budget.longest_sequence)} "
