@@ -97,7 +97,9 @@ def test_a_plan_that_does_not_fit_exits_1():
     # TP 1 does not hold the length asked for, TP 2 does: the plan says so and is TP 2's, the serve line's
     assert code == 0 and not m["problems"] and "the longest is 442,480" in m["notes"][0]
     assert "--max-model-len 500000" in m["serve_command"] and "--tensor-parallel-size 2" in m["serve_command"]
-    assert m["notes"][0].startswith("--tensor-parallel-size 1 does not fit") and m["notes"][0].endswith("the plan is for 2, which does")
+    assert m["notes"][0].startswith("--tensor-parallel-size 1 does not fit") and m["notes"][0].endswith(
+        "the plan is for 2, which does"
+    )
 
 
 def test_target_concurrency_gives_the_length():
@@ -142,7 +144,14 @@ def test_several_models_on_one_card():
         assert m["gpu_memory_utilization"] == f and m["worst_case_sequences"] >= 1
         assert f"--gpu-memory-utilization {f:.2f}" in m["serve_command"]
     code, data = plan_json(
-        CONFIGS / "llama-3-70b", CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--max-model-len", "8192", "--gpus", "1"
+        CONFIGS / "llama-3-70b",
+        CONFIGS / "llama-3-70b",
+        "--gpu-memory",
+        "80GB",
+        "--max-model-len",
+        "8192",
+        "--gpus",
+        "1",
     )
     assert code == 1 and data["split"] is None and "do not fit together" in data["notes"][-1]
 

@@ -92,8 +92,8 @@ def test_the_hybrid_manager_off_for_chunked_local_attention() -> None:
 def test_plan_predicts_what_vllm_did(run: Path, tmp_path: Path) -> None:
     """plan, given the recording's config and its flags (the CPU backend, --kv-cache-memory-bytes, the
     hybrid manager, batched tokens, TP), says start-or-refuse and the KV tokens vLLM printed within 1%."""
-    from vllm_doctor.capacity.plan import PlanRequest, make_plan
     from vllm_doctor.capacity.gpu import skipped
+    from vllm_doctor.capacity.plan import PlanRequest, make_plan
 
     meta = json.loads(run.read_text())
     seen = printed(run.with_suffix(".log").read_text(errors="replace"))

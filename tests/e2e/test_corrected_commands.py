@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_real_vllm import MODELS, VENV, free_port, get, kill_tree
 
 pytestmark = pytest.mark.skipif(not (VENV and MODELS), reason="the e2e tier: run scripts/e2e.sh")
@@ -30,7 +29,11 @@ STARTS = [
     ("context-exceeds-max", "tiny-llama", {"VLLM_CPU_KVCACHE_SPACE": "1"}),
     ("startup-cpu-memory-utilization", "tiny-llama", {}),
     ("startup-kvcache-space-exceeds-ram", "tiny-llama", {"VLLM_CPU_KVCACHE_SPACE": "64"}),
-    ("tp-divisibility-vocab", "tiny-llama-h6kv6", {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}),
+    (
+        "tp-divisibility-vocab",
+        "tiny-llama-h6kv6",
+        {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"},
+    ),
 ]
 
 

@@ -26,7 +26,10 @@ def test_lab_recording_gets_its_own_command_with_the_length_that_starts(run):
     c = report.corrected
     assert c is not None and (c.rule, c.fix, c.change) == ("kv-cache-too-small-for-max-len", 1, "--max-model-len 8064")
     # the KV space the log shows (Explicitly set 1.0 GiB) goes in front: the line runs as pasted
-    assert c.line == "VLLM_CPU_KVCACHE_SPACE=1 vllm serve /models/wide-llama --host 127.0.0.1 --port 8111 --max-model-len 8064"
+    assert (
+        c.line
+        == "VLLM_CPU_KVCACHE_SPACE=1 vllm serve /models/wide-llama --host 127.0.0.1 --port 8111 --max-model-len 8064"
+    )
     assert shlex.split(c.line)[1:4] == ["vllm", "serve", "/models/wide-llama"]
 
 

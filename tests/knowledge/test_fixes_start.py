@@ -78,7 +78,9 @@ def test_the_advice_starts(log: Path, config: Path | None, run) -> None:
             if cpu:
                 assert fix["flag"] not in GPU_ONLY, f"a GPU fix on the CPU backend: {fix}"
                 assert not (fix["flag"] == "--quantization" and "fp8" in str(fix["value"])), fix
-                assert not (fix["flag"] == "--tensor-parallel-size" and fix["direction"] == "raise" and not fix["value"]), fix
+                assert not (
+                    fix["flag"] == "--tensor-parallel-size" and fix["direction"] == "raise" and not fix["value"]
+                ), fix
             if fix["flag"] == "VLLM_CPU_KVCACHE_SPACE" and fix["value"] is not None:
                 assert start.cpu_kvcache_space(fix["value"]), f"vLLM refuses {fix}"
     c = report["corrected_command"]

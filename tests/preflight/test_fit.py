@@ -85,7 +85,11 @@ def test_cpu_fit_is_the_capacity_models_answer_in_whole_gib():
     (found,) = fit.fit(ctx("lab-wide-llama", "--max-model-len", "32768", env=env, backend="cpu"))
     assert found.rule == "check-cache-oom-cpu" and found.numbers["fit_max_model_len"] == 8064
     assert "Set VLLM_CPU_KVCACHE_SPACE=5" in [f.action for f in found.fixes]
-    (ok,) = fit.fit(ctx("lab-wide-llama", "--max-model-len", "32768", env={"VLLM_CPU_KVCACHE_SPACE": "5"}, backend="cpu"))
+    (ok,) = fit.fit(
+        ctx("lab-wide-llama", "--max-model-len", "32768", env={"VLLM_CPU_KVCACHE_SPACE": "5"}, backend="cpu")
+    )
     assert ok.rule == "check-kv-cache-fits-cpu"
     with pytest.raises(CannotRun, match="whole GiB"):  # vLLM's int("4.02") refuses the start
-        fit.fit(ctx("lab-wide-llama", "--max-model-len", "32768", env={"VLLM_CPU_KVCACHE_SPACE": "4.02"}, backend="cpu"))
+        fit.fit(
+            ctx("lab-wide-llama", "--max-model-len", "32768", env={"VLLM_CPU_KVCACHE_SPACE": "4.02"}, backend="cpu")
+        )

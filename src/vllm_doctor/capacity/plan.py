@@ -14,6 +14,7 @@ from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_lis
 from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
 from vllm_doctor.capacity.shape import QUANT_DEFAULT_BITS, ConfigError, ModelShape
 from vllm_doctor.errors import DoctorError
+
 DEFAULT_TP_LIMIT = 8  # TP sizes listed when the GPU count is unknown
 
 

@@ -123,13 +123,22 @@ def command(
 
 
 # the variables of a start a serve line carries in front (the CPU KV space comes from plan's own flag)
-START_ENV = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "VLLM_CPU_OMP_THREADS_BIND")
+START_ENV = (
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+    "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE",
+    "VLLM_CPU_OMP_THREADS_BIND",
+)
 
 
 def allowed_length(length: int | None, shape, env: dict[str, str], notes: list[str]) -> int | None:
     """The serve line's --max-model-len, never above the model's maximum without the variable that allows it."""
     derived = shape.derived_max_model_len
-    if length and derived and length > derived and env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip() not in ("1", "true"):
+    if (
+        length
+        and derived
+        and length > derived
+        and env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip() not in ("1", "true")
+    ):
         notes.append(f"the serve line keeps --max-model-len at the model's maximum {derived:,}: above it vLLM refuses "
                      "the start unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")  # fmt: skip
         return derived

@@ -134,10 +134,10 @@ def _shape_checks(q: StartQuery) -> tuple[list[tuple[str, str]], bool]:
 def _length(q: StartQuery) -> tuple[int | None, list[tuple[str, str]]]:
     derived = q.shape.derived_max_model_len
     length = q.max_model_len or derived
-    if q.max_model_len and derived and q.max_model_len > derived:
-        if q.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() not in TRUE:
-            why = f"--max-model-len {q.max_model_len} is above the model's maximum {derived} (VLLM_ALLOW_LONG_MAX_MODEL_LEN unset)"
-            return length, [("context", why)]
+    allowed = q.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in TRUE
+    if q.max_model_len and derived and q.max_model_len > derived and not allowed:
+        why = f"--max-model-len {q.max_model_len} is above the model's maximum {derived} (VLLM_ALLOW_LONG_MAX_MODEL_LEN unset)"
+        return length, [("context", why)]
     return length, []
 
 
@@ -190,7 +190,11 @@ def budget_of(q: StartQuery, lay: kvcache.Layout) -> tuple[float | None, str, li
         try:
             space = cpu_kvcache_space(text)
         except ValueError:
-            return None, "", [("cpu-kvcache-space", f"VLLM_CPU_KVCACHE_SPACE={text!r}: vLLM reads whole GiB with int()")]
+            return (
+                None,
+                "",
+                [("cpu-kvcache-space", f"VLLM_CPU_KVCACHE_SPACE={text!r}: vLLM reads whole GiB with int()")],
+            )
         if space:
             return space * GIB, f"VLLM_CPU_KVCACHE_SPACE={space}", []
     if q.kv_cache_memory_bytes:

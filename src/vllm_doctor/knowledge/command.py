@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import shlex
-
 from typing import TYPE_CHECKING
 
 from vllm_doctor.data import Corrected, Diagnosis, FixOut
@@ -101,7 +100,7 @@ def _applicable(fix: FixOut) -> bool:
 
 def _secret(flag: str, value: str | None) -> str | None:
     """A secret flag's value as a reference to the variable that holds it."""
-    if value is None or not flag.rsplit("-", 1)[-1].lower() in _SECRET_ENDS:
+    if value is None or flag.rsplit("-", 1)[-1].lower() not in _SECRET_ENDS:
         return value
     name = _SECRET_VARS.get(flag) or flag.lstrip("-").replace("-", "_").upper()
     return f'"${name}"'

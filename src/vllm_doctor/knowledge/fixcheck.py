@@ -40,7 +40,10 @@ def current(flag: str, values: dict[str, Any]) -> Any:
     """The flag's value in this log: `--max-model-len` is the fact max_model_len."""
     name = flag.lstrip("-").replace("-", "_")
     if flag == SPACE_ENV:
-        return next((values[n] for n in ("cpu_kvcache_space", "kv_cache.explicit_gib", "kv_gib") if values.get(n) is not None), None)
+        return next(
+            (values[n] for n in ("cpu_kvcache_space", "kv_cache.explicit_gib", "kv_gib") if values.get(n) is not None),
+            None,
+        )
     if flag == TP_FLAG:
         return values.get("tp") if values.get("tp") is not None else values.get("tensor_parallel_size")
     return values.get(name)

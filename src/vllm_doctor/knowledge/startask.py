@@ -139,7 +139,8 @@ def with_fix(q: StartQuery, flag: str, value: str | None) -> StartQuery | None:
     new = value if field in ("kv_cache_dtype", "quantization") else _int(value)
     if new is None:
         return None
-    fixed = replace(q, **{field: new}, env=env)
+    changes: dict[str, Any] = {field: new}
+    fixed = replace(q, **changes, env=env)
     if field in ("tp", "pp") and q.backend != "cpu":
         fixed.budget_bytes = None  # another split of the weights: the budget per GPU is not known from the log
     world = fixed.tp * fixed.pp
@@ -176,7 +177,6 @@ def ask_values(values: dict[str, Any], shape: ModelShape | None) -> StartAnswer 
 
     q = query(lambda *names: next((values[n] for n in names if values.get(n) is not None), None), shape)
     return None if q is None else ask(q)
-
 
 
 @check(
