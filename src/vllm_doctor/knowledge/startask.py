@@ -19,7 +19,7 @@ from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
 
 if TYPE_CHECKING:
     from vllm_doctor.capacity.shape import ModelShape
-    from vllm_doctor.capacity.start import StartAnswer, StartQuery
+    from vllm_doctor.capacity.start import StartQuery
 
 GIB = 2**30
 NUMA_NODES = Path("/sys/devices/system/node")
@@ -82,17 +82,22 @@ def numa_nodes(get: Callable[..., Any]) -> int | None:
 def fix_env(get: Callable[..., Any], env: dict[str, str], flag: str, value: str | None, world: int) -> dict[str, str]:
     """The environment of the command with the fix applied: the fix's own variable, and on the CPU
     backend a bind string sized to this host's CPUs for ranks the NUMA nodes cannot each take."""
-    from vllm_doctor.capacity.start import bind_string
-
     env = dict(env)
     if flag in START_ENV and value is not None:
         env[flag] = str(value)
-    cpu = str(get("device") or "").lower() == "cpu"
-    if cpu and world > 1 and env.get(BIND, "auto") == "auto" and (numa_nodes(get) or 1) < world:
-        bind = bind_string(host_cpus(), world)
+    if str(get("device") or "").lower() == "cpu":
+        _bind(env, world, numa_nodes(get), host_cpus())
+    return env
+
+
+def _bind(env: dict[str, str], world: int, nodes: int | None, cpus: int) -> None:
+    """VLLM_CPU_OMP_THREADS_BIND for `world` CPU ranks when 'auto' would need more NUMA nodes than there are."""
+    from vllm_doctor.capacity.start import bind_string
+
+    if world > 1 and env.get(BIND, "auto") == "auto" and (nodes or 1) < world:
+        bind = bind_string(cpus, world)
         if bind:
             env[BIND] = bind
-    return env
 
 
 def query(get: Callable[..., Any], shape: ModelShape | None) -> StartQuery | None:
@@ -127,8 +132,6 @@ def query(get: Callable[..., Any], shape: ModelShape | None) -> StartQuery | Non
 def with_fix(q: StartQuery, flag: str, value: str | None) -> StartQuery | None:
     """The same start with the fix applied (None: a fix the model does not take). A TP above 1 on
     the CPU backend without NUMA nodes for its ranks gets a bind string sized to this host's CPUs."""
-    from vllm_doctor.capacity import start
-
     env = dict(q.env)
     if flag in START_ENV:
         env[flag] = str(value)
@@ -143,11 +146,8 @@ def with_fix(q: StartQuery, flag: str, value: str | None) -> StartQuery | None:
     fixed = replace(q, **changes, env=env)
     if field in ("tp", "pp") and q.backend != "cpu":
         fixed.budget_bytes = None  # another split of the weights: the budget per GPU is not known from the log
-    world = fixed.tp * fixed.pp
-    if q.backend == "cpu" and world > 1 and env.get(BIND, "auto") == "auto" and (q.numa_nodes or 1) < world:
-        bind = start.bind_string(q.cpus or host_cpus(), world)
-        if bind:
-            env[BIND] = bind
+    if q.backend == "cpu":
+        _bind(fixed.env, fixed.tp * fixed.pp, q.numa_nodes, q.cpus or host_cpus())
     return fixed
 
 
@@ -170,13 +170,6 @@ def reask(flag: str | None, value: str | None, values: dict[str, Any], shape: Mo
     if left or not after.fixable:
         return f"with {flag} {value} it still does not start: {'; '.join(left) or after.reason}"
     return None
-
-
-def ask_values(values: dict[str, Any], shape: ModelShape | None) -> StartAnswer | None:
-    from vllm_doctor.capacity.start import ask
-
-    q = query(lambda *names: next((values[n] for n in names if values.get(n) is not None), None), shape)
-    return None if q is None else ask(q)
 
 
 @check(
