@@ -150,6 +150,20 @@ def serve(
     raise typer.Exit(outcome.status)
 
 
+# the flags and variables of a start that shape its cache (capacity/start.py), as plan takes them
+_DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cpu: the CPU backend (128-token blocks).")]
+_NoHybridOpt = Annotated[
+    bool, typer.Option("--disable-hybrid-kv-cache-manager", help="Windowed layers sized as full attention.")
+]
+_PrefixOpt = Annotated[
+    bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching (Mamba state).")
+]
+_BatchedOpt = Annotated[
+    Optional[int], typer.Option("--max-num-batched-tokens", min=1, help="Tokens in flight of windowed layers.")
+]
+_EnvOpt = Annotated[list[str], typer.Option("--env", help="VAR=value of the start (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1).")]
+
+
 def plan(
     ctx: typer.Context,
     models: Annotated[
@@ -205,19 +219,11 @@ def plan(
     ] = None,
     kv_cache_memory: KvCacheMemoryOpt = None,
     cpu_kvcache_space: CpuKvSpaceOpt = None,
-    device: Annotated[Optional[str], typer.Option("--device", help="cpu: the CPU backend (128-token blocks).")] = None,
-    no_hybrid: Annotated[
-        bool, typer.Option("--disable-hybrid-kv-cache-manager", help="Windowed layers sized as full attention.")
-    ] = False,
-    prefix_caching: Annotated[
-        bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching (Mamba state).")
-    ] = True,
-    batched: Annotated[
-        Optional[int], typer.Option("--max-num-batched-tokens", min=1, help="Tokens in flight of windowed layers.")
-    ] = None,
-    env: Annotated[
-        list[str], typer.Option("--env", help="VAR=value of the start (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, ...).")
-    ] = [],  # noqa: B006 (typer's list default)
+    device: _DeviceOpt = None,
+    no_hybrid: _NoHybridOpt = False,
+    prefix_caching: _PrefixOpt = True,
+    batched: _BatchedOpt = None,
+    env: _EnvOpt = [],  # noqa: B006 (typer's list default)
     offline: OfflineOpt = False,
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Do not ask NVML for the GPUs.")] = False,
     format: FormatOpt = None,

@@ -209,3 +209,27 @@ def test_gpu_memory_auto_from_the_adapter():
     assert any("vLLM's fraction must shrink to at most 0.72" in n for n in p.notes)
     with pytest.raises(PlanError, match="needs NVML"):
         make_plan(PlanRequest(params="7B", layers=32, kv_heads=8, head_dim=128), gpu.skipped("--no-gpu"))
+
+
+def test_the_serve_line_never_carries_a_length_vllm_refuses():
+    """tiny-llama's maximum is 2,048: 4,096 without VLLM_ALLOW_LONG_MAX_MODEL_LEN is vLLM's refusal, and the
+    serve line keeps 2,048; with the variable the line carries it in front and the length asked for."""
+    lab = CONFIGS / "lab-tiny-llama"
+    code, data = plan_json(lab, "--max-model-len", "4096", "--cpu-kvcache-space", "1")
+    m = data["models"][0]
+    assert code == 1 and "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in m["problems"][0]
+    assert m["serve_command"].endswith("--max-model-len 2048") and m["longest_max_model_len"] == 2048
+    code, data = plan_json(lab, "--max-model-len", "4096", "--cpu-kvcache-space", "1",
+                           "--env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")  # fmt: skip
+    m = data["models"][0]
+    assert code == 0 and m["serve_command"].startswith("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 VLLM_CPU_KVCACHE_SPACE=1 vllm")
+    assert plan(lab, "--env", "no-equals-sign", "--no-gpu").exit_code == 2
+
+
+def test_plan_takes_the_flags_that_shape_the_cache():
+    """gpt-oss (every other layer on a 128-token window): the hybrid manager off sizes them as full."""
+    args = (CONFIGS / "gpt-oss-120b", "--gpu-memory", "80GiB", "--max-model-len", "65536", "-tp", "4")
+    _code, on = plan_json(*args)
+    _code, off = plan_json(*args, "--disable-hybrid-kv-cache-manager", "--max-num-batched-tokens", "4096")
+    assert off["models"][0]["tokens"] < on["models"][0]["tokens"] / 1.5  # half the layers stop holding every token
+    assert "--disable-hybrid-kv-cache-manager --max-num-batched-tokens 4096" in off["models"][0]["serve_command"]

@@ -9,6 +9,7 @@ from vllm_doctor.data import SEVERITIES, Diagnosis, Fix, FixOut, Match, Rule
 from vllm_doctor.knowledge import fixcheck
 from vllm_doctor.knowledge.checks import CHECKS, CheckInput, CheckResult, Options
 from vllm_doctor.knowledge.facts import Facts
+from vllm_doctor.knowledge.startask import figures
 from vllm_doctor.matching import expr
 
 _SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -70,6 +71,8 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
             continue  # no variant of the fix has all its numbers known, or the numbers refuse them
         (action, why, value), names = rendered
         used |= names
+        checked = figures(fix.flag, value, values, options.shape)  # the command with it, asked again
+        why = f"{why} {checked}" if checked else why
         fixes.append(FixOut(len(fixes) + 1, action, fix.flag, value, why, fix.direction))
     for t in rule.summary:
         if expr.render(t, values) is not None:

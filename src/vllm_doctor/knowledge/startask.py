@@ -206,3 +206,21 @@ def start_model(inp: CheckInput) -> CheckResult:
     if bind:
         out["cpu_bind_string"] = bind
     return CheckResult(out)
+
+
+def figures(flag: str | None, value: str | None, values: dict[str, Any], shape: ModelShape | None) -> str | None:
+    """The before/after figures of a fix that the re-ask says starts: what refused, and the cache after."""
+    if not flag or value is None or shape is None:
+        return None
+    from vllm_doctor.capacity.start import ask
+
+    q = query(lambda *names: next((values[n] for n in names if values.get(n) is not None), None), shape)
+    fixed = with_fix(q, flag, value) if q is not None else None
+    if q is None or fixed is None:
+        return None
+    before, after = ask(q), ask(fixed)
+    if after.starts is not True or before.starts is not False or after.capacity is None:
+        return None
+    c = after.capacity
+    return (f"Re-checked: before, {before.refusals[0][1]}; with it, the start passes "
+            f"({c.tokens:,} KV tokens; one {after.max_model_len:,}-token sequence needs {c.needed_gib} of {c.available_gib} GiB).")  # fmt: skip
