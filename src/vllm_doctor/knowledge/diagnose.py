@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from vllm_doctor.data import SEVERITIES, Diagnosis, Fix, FixOut, Match, Rule
@@ -30,7 +31,30 @@ def diagnose(
         d = _build(rule, match, base, facts, options)
         if d is not None:
             found.append(d)
-    return rank(found)
+    return reconcile(rank(found))
+
+
+_OPPOSITE = {"raise": "lower", "lower": "raise"}
+
+
+def reconcile(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
+    """One direction per flag in a report: a fix that lowers what a higher-ranked diagnosis's fix
+    raises (or the reverse) is dropped, with the reason, so the report never says both."""
+    said: dict[str, tuple[str, str]] = {}  # flag -> (direction, the rule that said it first)
+    for d in diagnoses:
+        kept = []
+        for f in d.fixes:
+            first = said.get(f.flag or "")
+            if first and f.direction == _OPPOSITE.get(first[0]):
+                d.dropped.append(
+                    (f.action, f"{first[1]} ranks first and says {first[0]} {f.flag}: one direction is kept")
+                )
+                continue
+            if f.flag and f.direction in _OPPOSITE:
+                said.setdefault(f.flag, (f.direction, d.rule))
+            kept.append(f)
+        d.fixes = [replace(f, rank=i + 1) for i, f in enumerate(kept)]
+    return diagnoses
 
 
 def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: Options) -> Diagnosis | None:
