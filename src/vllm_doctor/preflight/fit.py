@@ -5,6 +5,7 @@ backend; and is --max-model-len within what the model's config.json allows."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from vllm_doctor.capacity import arithmetic as cap
 from vllm_doctor.capacity import kvcache
@@ -59,8 +60,12 @@ def _cpu_fit(ctx: Context) -> list[Finding]:
     text = ctx.args.env.get("VLLM_CPU_KVCACHE_SPACE")
     try:
         space = start.cpu_kvcache_space(text)
-    except ValueError:
-        raise CannotRun(f"VLLM_CPU_KVCACHE_SPACE={text!r}: vLLM reads whole GiB with int() and refuses it") from None
+    except ValueError:  # vLLM's int() refuses it before anything loads
+        try:
+            up = max(1, math.ceil(float(str(text))))
+        except ValueError:
+            up = 1
+        return [found("check-cpu-kvcache-space-int", {"rounded_up": up}, value=str(text))]
     if not space and not ctx.args.integer("kv_cache_memory_bytes"):
         raise CannotRun(
             "VLLM_CPU_KVCACHE_SPACE is not set: the CPU worker sizes the KV cache at startup from "
