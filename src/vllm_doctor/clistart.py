@@ -162,6 +162,14 @@ _BatchedOpt = Annotated[
     Optional[int], typer.Option("--max-num-batched-tokens", min=1, help="Tokens in flight of windowed layers.")
 ]
 _EnvOpt = Annotated[list[str], typer.Option("--env", help="VAR=value of the start (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1).")]
+_PromptLenOpt = Annotated[
+    Optional[int], typer.Option("--prompt-len", min=1, help="Show the blocks a prompt of this length takes.")
+]
+_SamplesOpt = Annotated[int, typer.Option("--samples", min=1, help="Parallel samples of that prompt (shared vs not).")]
+_OverheadOpt = Annotated[
+    Optional[str],
+    typer.Option("--overhead", help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default 0)."),
+]
 
 
 def plan(
@@ -207,16 +215,9 @@ def plan(
     ] = None,
     target_concurrency: TargetConcurrency = None,
     block_size: BlockSizeOpt = None,
-    prompt_len: Annotated[
-        Optional[int], typer.Option("--prompt-len", min=1, help="Show the blocks a prompt of this length takes.")
-    ] = None,
-    samples: Annotated[
-        int, typer.Option("--samples", min=1, help="Parallel samples of that prompt (shared vs not).")
-    ] = 1,
-    overhead: Annotated[
-        Optional[str],
-        typer.Option("--overhead", help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default 0)."),
-    ] = None,
+    prompt_len: _PromptLenOpt = None,
+    samples: _SamplesOpt = 1,
+    overhead: _OverheadOpt = None,
     kv_cache_memory: KvCacheMemoryOpt = None,
     cpu_kvcache_space: CpuKvSpaceOpt = None,
     device: _DeviceOpt = None,
