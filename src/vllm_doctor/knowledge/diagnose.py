@@ -41,18 +41,18 @@ def reconcile(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
     """One direction per flag in a report: a fix that lowers what a higher-ranked diagnosis's fix
     raises (or the reverse) is dropped, with the reason, so the report never says both."""
     said: dict[str, tuple[str, str]] = {}  # flag -> (direction, the rule that said it first)
-    for d in diagnoses:
+    for d in diagnoses:  # one rule's own fixes are its ordered alternatives (TP 2, or TP 4 with the GPUs)
         kept = []
         for f in d.fixes:
             first = said.get(f.flag or "")
-            if first and f.direction == _OPPOSITE.get(first[0]):
-                d.dropped.append(
-                    (f.action, f"{first[1]} ranks first and says {first[0]} {f.flag}: one direction is kept")
-                )
+            if first and first[1] != d.rule and f.direction == _OPPOSITE.get(first[0]):
+                why = f"{first[1]} ranks first and says {first[0]} {f.flag}: one direction is kept"
+                d.dropped.append((f.action, why))
                 continue
+            kept.append(f)
+        for f in kept:
             if f.flag and f.direction in _OPPOSITE:
                 said.setdefault(f.flag, (f.direction, d.rule))
-            kept.append(f)
         d.fixes = [replace(f, rank=i + 1) for i, f in enumerate(kept)]
     return diagnoses
 
