@@ -113,3 +113,18 @@ def test_short_and_underscored_flags_are_replaced_not_doubled():
     ]
     fixed = apply(items, FixOut(1, "Use 4", "--tensor-parallel-size", "4", "w", "raise"))
     assert fixed[0] == ("--tensor-parallel-size", "4") and len(fixed) == 3
+
+
+def test_the_cpu_backends_tp_fix_carries_a_bind_string_that_the_shell_reads(run):
+    """The lab's tp-divisibility-vocab start (CPU backend): TP 2 on a host whose NUMA nodes cannot each
+    take a rank gets VLLM_CPU_OMP_THREADS_BIND for this host's CPUs, and the text rendering keeps the
+    word an assignment (its name unquoted)."""
+    from vllm_doctor.knowledge.startask import host_numa_nodes
+
+    report = run(LAB / "tp-divisibility-vocab.log")
+    words = shlex.split(report.corrected.line)
+    assert words[words.index("--tensor-parallel-size") + 1] == "2"
+    if (host_numa_nodes() or 1) < 2:
+        assert words[0].startswith("VLLM_CPU_OMP_THREADS_BIND=") and words[1:3] == ["vllm", "serve"]
+        text = render(report, "text")
+        assert "    VLLM_CPU_OMP_THREADS_BIND=" in text and "'VLLM_CPU_OMP_THREADS_BIND=" not in text
