@@ -18,6 +18,10 @@ MODELS = {
     # healthy: head_dim 64 (the CPU attention kernels reject 16); 4 heads, so
     # --tensor-parallel-size 3 fails the divisibility check
     "tiny-llama": dict(heads=4, kv=2, head_dim=64, hidden=256, inter=512, layers=2, maxpos=2048),
+    # heads and KV heads divisible by 3, vocab 313 padded to 320, not: the lab's tp-divisibility-vocab
+    "tiny-llama-h6kv6": dict(heads=6, kv=6, head_dim=64, hidden=384, inter=512, layers=2, maxpos=2048),
+    # KV bytes/token = 2 x 32 layers x 8 KV heads x 128 x 2 B = 131,072: the lab's cache-oom starts
+    "wide-llama": dict(heads=8, kv=8, head_dim=128, hidden=256, inter=256, layers=32, maxpos=131072),
 }
 
 

@@ -165,7 +165,7 @@ def build(
         diagnoses=diagnoses,
         facts=report_facts,
         warnings=warnings + few_samples(diagnoses),
-        corrected=corrected(facts, diagnoses),
+        corrected=corrected(facts, diagnoses, local.shape),
         series=facts.stats.points,
     )
 

@@ -70,7 +70,7 @@ def test_plan_headlines_are_v1s_numbers():
         req = PlanRequest(models=[str(CONFIGS / name)], gpu_memory="80GiB", max_model_len=length, offline=True)
         m = make_plan(req).models[0]
         b = m.budget
-        got = kvcache.capacity(kvcache.layout(m.shape, 2.0), b.cache_bytes, length, M)
+        got = kvcache.capacity(kvcache.layout(m.shape, 2.0, b.tp), b.cache_bytes, length, M)  # at the serve line's TP
         assert (b.tokens, m.sequences) == (got.tokens, int(got.concurrency))
         steps = {s.name: s for s in m.steps}
         assert steps[f"6 blocks per request at {length:,}"].value == f"{got.blocks_per_request:,}"

@@ -87,16 +87,19 @@ def test_valid_tp_sizes_and_the_serve_line():
 
 
 def test_a_plan_that_does_not_fit_exits_1():
-    result = plan(CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--no-gpu")
+    result = plan(CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--gpus", "1", "--no-gpu")
     assert result.exit_code == 1 and "no room for the KV cache" in result.output
     result = plan(CONFIGS / "llama-3-8b", "--gpu-memory", "80GB", "-tp", "3", "--gpus", "4", "--no-gpu")
-    assert result.exit_code == 1 and "does not divide the heads; valid sizes: 1, 2, 4" in result.output
+    # the plan is its serve line's: TP 3 does not divide the heads, 4 does and fits, so it plans 4
+    assert result.exit_code == 0 and "does not divide the heads; valid sizes: 1, 2, 4" in result.output
     code, data = plan_json(*SEED, "--max-model-len", "500000")
     m = data["models"][0]
-    assert code == 1 and "the longest is 442,480" in m["problems"][0]
-    # TP 1 does not hold the length asked for, TP 2 does: the serve line says so and uses it
+    # TP 1 does not hold the length asked for, TP 2 does: the plan says so and is TP 2's, the serve line's
+    assert code == 0 and not m["problems"] and "the longest is 442,480" in m["notes"][0]
     assert "--max-model-len 500000" in m["serve_command"] and "--tensor-parallel-size 2" in m["serve_command"]
-    assert "--tensor-parallel-size 1 does not fit; 2 does: the serve line uses it" in m["notes"]
+    assert m["notes"][0].startswith("--tensor-parallel-size 1 does not fit") and m["notes"][0].endswith(
+        "the plan is for 2, which does"
+    )
 
 
 def test_target_concurrency_gives_the_length():
@@ -141,7 +144,14 @@ def test_several_models_on_one_card():
         assert m["gpu_memory_utilization"] == f and m["worst_case_sequences"] >= 1
         assert f"--gpu-memory-utilization {f:.2f}" in m["serve_command"]
     code, data = plan_json(
-        CONFIGS / "llama-3-70b", CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--max-model-len", "8192"
+        CONFIGS / "llama-3-70b",
+        CONFIGS / "llama-3-70b",
+        "--gpu-memory",
+        "80GB",
+        "--max-model-len",
+        "8192",
+        "--gpus",
+        "1",
     )
     assert code == 1 and data["split"] is None and "do not fit together" in data["notes"][-1]
 
@@ -199,3 +209,27 @@ def test_gpu_memory_auto_from_the_adapter():
     assert any("vLLM's fraction must shrink to at most 0.72" in n for n in p.notes)
     with pytest.raises(PlanError, match="needs NVML"):
         make_plan(PlanRequest(params="7B", layers=32, kv_heads=8, head_dim=128), gpu.skipped("--no-gpu"))
+
+
+def test_the_serve_line_never_carries_a_length_vllm_refuses():
+    """tiny-llama's maximum is 2,048: 4,096 without VLLM_ALLOW_LONG_MAX_MODEL_LEN is vLLM's refusal, and the
+    serve line keeps 2,048; with the variable the line carries it in front and the length asked for."""
+    lab = CONFIGS / "lab-tiny-llama"
+    code, data = plan_json(lab, "--max-model-len", "4096", "--cpu-kvcache-space", "1")
+    m = data["models"][0]
+    assert code == 1 and "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in m["problems"][0]
+    assert m["serve_command"].endswith("--max-model-len 2048") and m["longest_max_model_len"] == 2048
+    code, data = plan_json(lab, "--max-model-len", "4096", "--cpu-kvcache-space", "1",
+                           "--env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")  # fmt: skip
+    m = data["models"][0]
+    assert code == 0 and m["serve_command"].startswith("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 VLLM_CPU_KVCACHE_SPACE=1 vllm")
+    assert plan(lab, "--env", "no-equals-sign", "--no-gpu").exit_code == 2
+
+
+def test_plan_takes_the_flags_that_shape_the_cache():
+    """gpt-oss (every other layer on a 128-token window): the hybrid manager off sizes them as full."""
+    args = (CONFIGS / "gpt-oss-120b", "--gpu-memory", "80GiB", "--max-model-len", "65536", "-tp", "4")
+    _code, on = plan_json(*args)
+    _code, off = plan_json(*args, "--disable-hybrid-kv-cache-manager", "--max-num-batched-tokens", "4096")
+    assert off["models"][0]["tokens"] < on["models"][0]["tokens"] / 1.5  # half the layers stop holding every token
+    assert "--disable-hybrid-kv-cache-manager --max-num-batched-tokens 4096" in off["models"][0]["serve_command"]

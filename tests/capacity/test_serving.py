@@ -33,12 +33,18 @@ def test_a_config_file_is_served_by_its_directory_or_its_hub_repo(tmp_path):
     assert data["models"][0]["serve_command"].startswith("vllm serve meta-llama/Meta-Llama-3-8B ")
 
 
-def test_when_tp_1_does_not_fit_the_line_uses_the_size_that_does():
+def test_when_tp_1_does_not_fit_the_plan_is_the_size_that_does():
+    """The headline is the serve line's verdict, its steps at the TP it chose."""
     code, data = plan_json(CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--max-model-len", "8192")
     m = data["models"][0]
-    assert code == 1 and "no room for the KV cache" in m["problems"][0]
-    assert "--tensor-parallel-size 1 does not fit; 4 does: the serve line uses it" in m["notes"]
+    assert code == 0 and not m["problems"]
+    assert m["notes"][0].startswith("--tensor-parallel-size 1 does not fit: no room for the KV cache")
+    assert m["notes"][0].endswith("the plan is for 4, which does")
     assert m["serve_command"].endswith("--max-model-len 8192 --gpu-memory-utilization 0.90 --tensor-parallel-size 4")
+    assert m["weights_per_gpu_bytes"] == pytest.approx(m["weights_bytes"] / 4)
+    code, data = plan_json(CONFIGS / "llama-3-70b", "--gpu-memory", "80GB", "--max-model-len", "8192", "--gpus", "1")
+    m = data["models"][0]
+    assert code == 1 and "no room for the KV cache" in m["problems"][0] and not m["serve_command"]
     kv = next(s for s in m["steps"] if s["name"] == "2 KV cache memory")
     assert kv["value"] == "0.0 GB" and "short by 69.1 GB" in kv["work"]  # never a negative memory
     assert not any("-" in s["value"] for s in m["steps"])

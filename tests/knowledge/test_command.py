@@ -25,11 +25,15 @@ def test_lab_recording_gets_its_own_command_with_the_length_that_starts(run):
     report = run(LAB / "cache-oom.log")
     c = report.corrected
     assert c is not None and (c.rule, c.fix, c.change) == ("kv-cache-too-small-for-max-len", 1, "--max-model-len 8064")
-    assert c.line == "vllm serve /models/wide-llama --host 127.0.0.1 --port 8111 --max-model-len 8064"
-    assert shlex.split(c.line)[:3] == ["vllm", "serve", "/models/wide-llama"]
+    # the KV space the log shows (Explicitly set 1.0 GiB) goes in front: the line runs as pasted
+    assert (
+        c.line
+        == "VLLM_CPU_KVCACHE_SPACE=1 vllm serve /models/wide-llama --host 127.0.0.1 --port 8111 --max-model-len 8064"
+    )
+    assert shlex.split(c.line)[1:4] == ["vllm", "serve", "/models/wide-llama"]
 
 
-def test_pasted_command_over_several_lines_with_its_secret_masked(run, tmp_path):
+def test_pasted_command_over_several_lines_with_its_secret_as_a_variable(run, tmp_path):
     log = tmp_path / "pasted.log"
     log.write_text(
         f"$ vllm serve meta-llama/Llama-3.1-8B-Instruct --api-key {SECRET} \\\n"
@@ -47,8 +51,11 @@ def test_pasted_command_over_several_lines_with_its_secret_masked(run, tmp_path)
     assert "Corrected command (fix 1" in text and "--max-model-len 80864" in text
     assert "```sh\nvllm serve meta-llama/Llama-3.1-8B-Instruct" in md
     assert data["corrected_command"]["change"] == "--max-model-len 80864"
+    # the line runs as pasted: the key is the variable vLLM reads, never the value nor a mask
+    assert words[words.index("--api-key") + 1] == "$VLLM_API_KEY"
     for out in (text, md, data["corrected_command"]["line"]):
-        assert SECRET not in out and "[REDACTED]" in out
+        assert SECRET not in out and '--api-key "$VLLM_API_KEY"' in out
+    assert "[REDACTED]" not in data["corrected_command"]["line"]
 
 
 def test_no_command_in_the_log_no_corrected_command(run):
@@ -106,3 +113,18 @@ def test_short_and_underscored_flags_are_replaced_not_doubled():
     ]
     fixed = apply(items, FixOut(1, "Use 4", "--tensor-parallel-size", "4", "w", "raise"))
     assert fixed[0] == ("--tensor-parallel-size", "4") and len(fixed) == 3
+
+
+def test_the_cpu_backends_tp_fix_carries_a_bind_string_that_the_shell_reads(run):
+    """The lab's tp-divisibility-vocab start (CPU backend): TP 2 on a host whose NUMA nodes cannot each
+    take a rank gets VLLM_CPU_OMP_THREADS_BIND for this host's CPUs, and the text rendering keeps the
+    word an assignment (its name unquoted)."""
+    from vllm_doctor.knowledge.startask import host_numa_nodes
+
+    report = run(LAB / "tp-divisibility-vocab.log")
+    words = shlex.split(report.corrected.line)
+    assert words[words.index("--tensor-parallel-size") + 1] == "2"
+    if (host_numa_nodes() or 1) < 2:
+        assert words[0].startswith("VLLM_CPU_OMP_THREADS_BIND=") and words[1:3] == ["vllm", "serve"]
+        text = render(report, "text")
+        assert "    VLLM_CPU_OMP_THREADS_BIND=" in text and "'VLLM_CPU_OMP_THREADS_BIND=" not in text

@@ -75,7 +75,9 @@ def test_diagnose_runs_the_checks_and_renders_summary_and_fixes():
 
 
 def test_a_blocker_the_lifetime_got_past_is_an_info_note_of_what_it_means():
-    rule = parse({**RULE, "survived": ["{heads} heads noted, and the server served"]}, Path("heads.toml"), checks=CHECKS)
+    rule = parse(
+        {**RULE, "survived": ["{heads} heads noted, and the server served"]}, Path("heads.toml"), checks=CHECKS
+    )
     match = Match(rule, [Evidence(5, "x")], {"heads": 40, "tp": 3}, 1, 5)
     [failed] = diagnose([rule], {"heads": match}, Facts())
     assert failed.severity == "blocker" and failed.fixes

@@ -170,3 +170,23 @@ def test_a_config_that_is_not_the_served_model_gives_no_longest_length(run):
     assert "fit_tp_size" not in top.numbers  # nor a TP size from that config
     same = run(log, options=Options(config=str(FIXTURES / "configs" / "qwen2.5-7b" / "config.json"))).diagnoses[0]
     assert same.numbers["fit_max_model_len"] == 989_952 < 1_010_000 and same.confidence == "high"  # the right config
+
+
+def test_a_report_never_raises_and_lowers_the_same_flag():
+    """Two diagnoses, one raising --max-num-seqs and one lowering it: the higher-ranked keeps its
+    direction, the other's fix is dropped with the reason and the ranks close up."""
+    from vllm_doctor.data import Diagnosis, FixOut
+    from vllm_doctor.knowledge.diagnose import reconcile
+
+    def d(rule: str, *fixes: FixOut) -> Diagnosis:
+        return Diagnosis(rule, "queue", "warning", "high", rule, "", "", [], {}, list(fixes))
+
+    first = d("queue-sequence-cap", FixOut(1, "Raise --max-num-seqs above 2", "--max-num-seqs", "4", "", "raise"))
+    second = d("decode-latency", FixOut(1, "Lower --max-num-seqs", "--max-num-seqs", None, "", "lower"),
+               FixOut(2, "Lower --max-num-batched-tokens", "--max-num-batched-tokens", None, "", "lower"))  # fmt: skip
+    out = reconcile([first, second])
+    assert [f.action for f in out[0].fixes] == ["Raise --max-num-seqs above 2"]
+    assert [(f.rank, f.flag) for f in out[1].fixes] == [(1, "--max-num-batched-tokens")]
+    assert out[1].dropped == [
+        ("Lower --max-num-seqs", "queue-sequence-cap ranks first and says raise --max-num-seqs: one direction is kept")
+    ]

@@ -77,3 +77,42 @@ def test_tp_against_heads_and_gpus():
     assert f32.numbers["weights_gib"] == pytest.approx(2 * one_card.numbers["weights_gib"], abs=0.01)
     (layers,) = parallel.tp_shape(ctx("llama-3-8b", "-pp", "64", gpus=64))
     assert (layers.rule, layers.numbers, layers.fixes[0].value) == ("check-pp-layers", {"pp": 64, "layers": 32}, "32")
+
+
+def test_cpu_fit_is_the_capacity_models_answer_in_whole_gib():
+    """The lab's cache-oom: 32,768 tokens x 131,072 B = 4 GiB, the null block on top: 5 GiB, as vLLM reads it."""
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    (found,) = fit.fit(ctx("lab-wide-llama", "--max-model-len", "32768", env=env, backend="cpu"))
+    assert found.rule == "check-cache-oom-cpu" and found.numbers["fit_max_model_len"] == 8064
+    assert "Set VLLM_CPU_KVCACHE_SPACE=5" in [f.action for f in found.fixes]
+    (ok,) = fit.fit(
+        ctx("lab-wide-llama", "--max-model-len", "32768", env={"VLLM_CPU_KVCACHE_SPACE": "5"}, backend="cpu")
+    )
+    assert ok.rule == "check-kv-cache-fits-cpu"
+    # vLLM's int("4.02") refuses the start: a blocker, with the whole GiB that holds what was asked
+    (bad,) = fit.fit(
+        ctx("lab-wide-llama", "--max-model-len", "32768", env={"VLLM_CPU_KVCACHE_SPACE": "4.02"}, backend="cpu")
+    )
+    assert bad.rule == "check-cpu-kvcache-space-int" and bad.severity == "blocker"
+    assert [f.action for f in bad.fixes] == ["Set VLLM_CPU_KVCACHE_SPACE=5"]
+
+
+def test_the_cpu_binding_is_held_to_the_ranks_and_this_hosts_cpus():
+    """'auto' needs a NUMA node per rank; a bind string one CPU list per rank of CPUs this host has."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0))
+    auto = parallel.tp_devices(ctx("lab-tiny-llama", "-tp", "2", env={"VLLM_CPU_KVCACHE_SPACE": "1"}, backend="cpu"))
+    nodes = len(list(parallel.NUMA_NODES.glob("node[0-9]*")))
+    if nodes < 2:  # this host: one NUMA node
+        (f,) = auto
+        assert f.rule == "check-cpu-numa-nodes" and f.fixes[0].action.startswith("Set VLLM_CPU_OMP_THREADS_BIND=")
+    wrong = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0-3|4-7|8-11"}
+    (f,) = parallel.tp_devices(ctx("lab-tiny-llama", "-tp", "2", env=wrong, backend="cpu"))
+    assert f.rule == "check-cpu-bind-string" and "3 lists for 2 ranks" in f.summary
+    beyond = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": f"0|{cpus}"}
+    (f,) = parallel.tp_devices(ctx("lab-tiny-llama", "-tp", "2", env=beyond, backend="cpu"))
+    assert f.rule == "check-cpu-bind-string" and "CPUs this host lacks" in f.summary
+    if cpus >= 2:
+        fits = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+        assert parallel.tp_devices(ctx("lab-tiny-llama", "-tp", "2", env=fits, backend="cpu")) == []

@@ -297,13 +297,16 @@ class Budget:
     max_model_len: int | None = field(default=None, kw_only=True)
     in_flight: int = field(default=2048, kw_only=True)  # tokens the windowed layers keep besides the window
     length_cap: int = field(default=1 << 24, kw_only=True)  # the longest length searched (the model's maximum)
+    kv_hybrid: bool = field(default=True, kw_only=True)  # V1's hybrid manager (off: windowed layers as full)
+    kv_prefix: bool = field(default=True, kw_only=True)  # prefix caching (Mamba's aligned state blocks)
 
     @property
     def kv_layout(self) -> kvcache.Layout | None:
         if self.kv_shape is None:
             return None
         explicit = self.block_size if self.block_size != DEFAULT_BLOCK_SIZE else None  # else the backend's (MLA: 64)
-        return kvcache.layout(self.kv_shape, self.kv_element_bytes, self.tp, explicit, self.kv_device)
+        return kvcache.layout(self.kv_shape, self.kv_element_bytes, self.tp, explicit, self.kv_device, self.kv_hybrid,
+                              self.kv_prefix)  # fmt: skip
 
     @property
     def modelled(self) -> bool:
@@ -339,7 +342,7 @@ class Budget:
         if self.modelled and lay is not None:
             room = int(self.cache_bytes) - lay.page_bytes  # the null block held back
             return kvcache.estimate_max_len(lay, room, self.length_cap, self.in_flight) if room > 0 else 0
-        return largest_max_model_len(self.blocks, lay.block_size if lay else self.block_size)
+        return min(largest_max_model_len(self.blocks, lay.block_size if lay else self.block_size), self.length_cap)
 
     def sequences(self, max_model_len: int) -> int:
         got = self.capacity(max_model_len) if self.modelled else None
@@ -364,15 +367,17 @@ class Budget:
 
 
 def size_as_v1(
-    budget: Budget, shape: ModelShape, element_bytes: float, max_model_len: int | None, device: str = "cuda"
-) -> str:
+    budget: Budget, shape: ModelShape, element_bytes: float, max_model_len: int | None, device: str = "cuda",
+    batched: int | None = None,
+) -> str:  # fmt: skip
     """Give `budget` the cache layout V1 builds (kvcache.py) and return the plan's note about it.
     On a GPU: the backend's block size unless --block-size says (MLA: 64), and two in-flight batches
     of `vllm serve`'s default max_num_batched_tokens for this GPU size (async scheduling)."""
     budget.kv_shape, budget.kv_element_bytes, budget.kv_device = shape, element_bytes, device
+    given = batched is not None
     assert budget.kv_layout is not None
     cpu = device == "cpu"
-    batched = 2048 if cpu else kvcache.serve_batched_tokens(budget.total_bytes)
+    batched = batched or (2048 if cpu else kvcache.serve_batched_tokens(budget.total_bytes))
     budget.in_flight = kvcache.in_flight_tokens(batched, device, async_scheduling=not cpu)
     budget.max_model_len = max_model_len
     budget.length_cap = max(shape.derived_max_model_len or 0, max_model_len or 0) or 1 << 24
@@ -380,7 +385,7 @@ def size_as_v1(
     return (
         f"KV cache as V1's hybrid manager sizes it: {kvcache.describe(budget.kv_layout)}; windowed layers keep "
         f"{fmt_int(budget.in_flight)} tokens in flight besides the window ({batches} of max_num_batched_tokens "
-        f"{fmt_int(batched)}, vLLM 0.32's `vllm serve` default here)"
+        f"{fmt_int(batched)}" + (")" if given else ", vLLM 0.32's `vllm serve` default here)")
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from vllm_doctor.capacity import arithmetic as cap
-from vllm_doctor.capacity import kvcache, serving
+from vllm_doctor.capacity import kvcache, serving, start
 from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_list, fmt_size
 from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
 from vllm_doctor.capacity.shape import QUANT_DEFAULT_BITS, ConfigError, ModelShape
@@ -47,6 +47,15 @@ class PlanRequest:
     offline: bool = False
     kv_cache_memory: str | None = None  # --kv-cache-memory-bytes: the KV space per GPU, set explicitly
     cpu_kvcache_space: str | None = None  # VLLM_CPU_KVCACHE_SPACE (whole GiB): the CPU backend's KV space
+    device: str | None = None  # "cpu": the CPU backend (also when its KV space is given)
+    hybrid_manager: bool = True  # False: --disable-hybrid-kv-cache-manager
+    prefix_caching: bool = True  # False: --no-enable-prefix-caching
+    max_num_batched_tokens: int | None = None
+    env: dict[str, str] = field(default_factory=dict)  # the variables of the start (VLLM_ALLOW_LONG_MAX_MODEL_LEN, ...)
+
+    @property
+    def cpu(self) -> bool:
+        return self.cpu_kvcache_space is not None or str(self.device or "").lower() == "cpu"
 
 
 @dataclass
@@ -64,6 +73,7 @@ class ModelPlan:
     valid_tp_sizes: list[int]
     target_concurrency: int | None
     serve_command: str  # "" when no TP size up to the GPUs leaves the cache room
+    serve_tp: int | None = None  # the TP size the serve line uses
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -112,7 +122,7 @@ def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
         space = serving.kv_space(req.kv_cache_memory, req.cpu_kvcache_space)
     except ValueError as e:
         raise PlanError(str(e)) from None
-    cpu = req.cpu_kvcache_space is not None
+    cpu = req.cpu
     req = replace(req, block_size=req.block_size or (kvcache.CPU_BLOCK_SIZE if cpu else cap.DEFAULT_BLOCK_SIZE))
     _check_numbers(req)
     shapes = _shapes(req)
@@ -275,8 +285,15 @@ def _model_plan(
     if space:
         budget = serving.FixedBudget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size, *space)
     length = req.max_model_len or shape.derived_max_model_len
-    device = "cpu" if req.cpu_kvcache_space is not None else "cuda"
-    layout_note = cap.size_as_v1(budget, shape, element_bytes, length, device)  # V1's groups and blocks (kvcache.py)
+    device = "cpu" if req.cpu else "cuda"
+    budget.kv_hybrid = start.hybrid_on(start.StartQuery(shape, hybrid_manager=req.hybrid_manager, env=req.env))
+    budget.kv_prefix = req.prefix_caching
+    layout_note = cap.size_as_v1(budget, shape, element_bytes, length, device, req.max_num_batched_tokens)
+    if req.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip() not in ("1", "true"):  # no fit past the model's maximum
+        budget.length_cap = shape.derived_max_model_len or budget.length_cap
+    lay = budget.kv_layout
+    if lay is not None and lay.plain:  # every layer full attention (the hybrid manager off too): the page's bytes
+        budget.bytes_per_token = bpt = lay.page_bytes // lay.block_size
     length_from = "--max-model-len" if req.max_model_len else "the model's maximum"
     valid = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, tp_limit)
     mp = ModelPlan(name, shape, dtype, kv_dtype, element_bytes, budget, utilization, length, length_from, [], valid,
@@ -287,6 +304,11 @@ def _model_plan(
             f"no room for the KV cache: the weights ({fmt_size(budget.weights_per_gpu, unit)} per GPU) and overheads "
             f"take all of {fmt_size(gpu_bytes, unit)} x {utilization:.2f}"
         )
+    elif length and shape.derived_max_model_len and length > budget.length_cap:  # vLLM refuses it before the cache
+        mp.problems.append(
+            f"--max-model-len {fmt_int(length)} is above the model's maximum {fmt_int(shape.derived_max_model_len)} "
+            f"({shape.max_len_key}); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+        )
     elif length and budget.longest_sequence < length:
         mp.problems.append(
             f"one {fmt_int(length)}-token sequence does not fit: the longest is {fmt_int(budget.longest_sequence)} "
@@ -294,15 +316,16 @@ def _model_plan(
         )
     if req.tp not in valid and (shape.attention_heads or shape.kv_heads):
         mp.problems.append(f"--tensor-parallel-size {req.tp} does not divide the heads; valid sizes: {fmt_list(valid)}")
-    if shape.derived_max_model_len and length and length > shape.derived_max_model_len:
-        mp.problems.append(
-            f"--max-model-len {fmt_int(length)} is above the model's maximum {fmt_int(shape.derived_max_model_len)} "
-            f"({shape.max_len_key}); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
-        )
     if budget.modelled:
         mp.notes.append(layout_note)
     mp.notes.extend(shape.notes)
     mp.serve_command = _serve_command(req, mp, name in req.configs, tp_limit, port)
+    if mp.serve_tp and mp.serve_tp != req.tp:  # the plan is the serve line's: its steps and verdict at its TP
+        chosen = _model_plan(replace(req, tp=mp.serve_tp), name, shape, gpu_bytes, unit, overhead, tp_limit,
+                             utilization, space, port)  # fmt: skip
+        chosen.notes.insert(0, f"--tensor-parallel-size {req.tp} does not fit: {'; '.join(mp.problems)}; "
+                               f"the plan is for {mp.serve_tp}, which does")  # fmt: skip
+        return chosen
     return mp
 
 
@@ -349,7 +372,7 @@ def _serve_command(req: PlanRequest, mp: ModelPlan, from_config: bool, tp_limit:
     given, at the first TP size from --tensor-parallel-size up whose cache holds the length asked for
     (or has room at all, for the model's maximum). "" when none up to the GPUs does."""
     b, shape = mp.budget, mp.shape
-    cpu = req.cpu_kvcache_space is not None  # TP on the CPU backend needs NUMA nodes: keep it, shorten the length
+    cpu = req.cpu  # TP on the CPU backend needs NUMA nodes: keep it, shorten the length
     need = mp.max_model_len if req.max_model_len and not cpu else None
     chosen, how = None, ""
     for tp in [] if cpu else [t for t in mp.valid_tp_sizes if req.tp <= t <= tp_limit]:
@@ -367,8 +390,7 @@ def _serve_command(req: PlanRequest, mp: ModelPlan, from_config: bool, tp_limit:
         mp.notes.append(f"no --tensor-parallel-size up to {tp_limit} leaves the KV cache room"
                         + (f" for {fmt_int(need)} tokens" if need else "") + ": no serve line")  # fmt: skip
         return ""
-    if chosen.tp != req.tp:
-        mp.notes.append(f"--tensor-parallel-size {req.tp} does not fit; {chosen.tp} does: the serve line uses it")
+    mp.serve_tp = chosen.tp
     if how:
         mp.notes.append(
             f"the serve line reserves {fmt_size(chosen.overhead_bytes, 'GiB')} per GPU beside the cache: {how}"
@@ -379,16 +401,18 @@ def _serve_command(req: PlanRequest, mp: ModelPlan, from_config: bool, tp_limit:
         length = target
     if length and chosen.longest_sequence and length > chosen.longest_sequence:
         length = chosen.longest_sequence
-    flags = []
+    length = serving.allowed_length(length, shape, req.env, mp.notes)
+    flags = serving.cache_flags(req.hybrid_manager, req.prefix_caching, req.max_num_batched_tokens)
     if req.dtype:
         flags += ["--dtype", req.dtype]
     if req.kv_cache_dtype and req.kv_cache_dtype != "auto":
         flags += ["--kv-cache-dtype", req.kv_cache_dtype]
     if req.quantization:
         flags += ["--quantization", req.quantization]
-    if req.block_size != (kvcache.CPU_BLOCK_SIZE if req.cpu_kvcache_space is not None else cap.DEFAULT_BLOCK_SIZE):
+    if req.block_size != (kvcache.CPU_BLOCK_SIZE if req.cpu else cap.DEFAULT_BLOCK_SIZE):
         flags += ["--block-size", str(req.block_size)]
-    return serving.command(serving.model_ref(mp.name, from_config), length, chosen, mp.utilization, flags, port)
+    line = serving.command(serving.model_ref(mp.name, from_config), length, chosen, mp.utilization, flags, port)
+    return serving.with_env(line, req.env)
 
 
 def _split(

@@ -120,3 +120,39 @@ def command(
     if port is not None:
         parts += ["--port", str(port)]
     return " ".join(shlex.quote(p) if p != "<model>" else p for p in parts)
+
+
+# the variables of a start a serve line carries in front (the CPU KV space comes from plan's own flag)
+START_ENV = (
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+    "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE",
+    "VLLM_CPU_OMP_THREADS_BIND",
+)
+
+
+def allowed_length(length: int | None, shape, env: dict[str, str], notes: list[str]) -> int | None:
+    """The serve line's --max-model-len, never above the model's maximum without the variable that allows it."""
+    derived = shape.derived_max_model_len
+    if (
+        length
+        and derived
+        and length > derived
+        and env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip() not in ("1", "true")
+    ):
+        notes.append(f"the serve line keeps --max-model-len at the model's maximum {derived:,}: above it vLLM refuses "
+                     "the start unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")  # fmt: skip
+        return derived
+    return length
+
+
+def cache_flags(hybrid_manager: bool, prefix_caching: bool, batched: int | None) -> list[str]:
+    """The flags of the start that shape the cache, as the serve line repeats them."""
+    flags = [] if hybrid_manager else ["--disable-hybrid-kv-cache-manager"]
+    flags += [] if prefix_caching else ["--no-enable-prefix-caching"]
+    return flags + (["--max-num-batched-tokens", str(batched)] if batched else [])
+
+
+def with_env(line: str, env: dict[str, str]) -> str:
+    """The serve line with the start's variables in front, as leading VAR=value words."""
+    words = [f"{k}={shlex.quote(v)}" for k, v in env.items() if k in START_ENV and not line.startswith(k + "=")]
+    return " ".join([*words, line])

@@ -184,6 +184,28 @@ def _vllm_args(ctx: typer.Context, args: list[str]) -> list[str]:
     return args
 
 
+# the flags and variables of a start that shape its cache (capacity/start.py), as plan takes them
+_DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cpu: the CPU backend (128-token blocks).")]
+_NoHybridOpt = Annotated[
+    bool, typer.Option("--disable-hybrid-kv-cache-manager", help="Windowed layers sized as full attention.")
+]
+_PrefixOpt = Annotated[
+    bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching (Mamba state).")
+]
+_BatchedOpt = Annotated[
+    Optional[int], typer.Option("--max-num-batched-tokens", min=1, help="Tokens in flight of windowed layers.")
+]
+_EnvOpt = Annotated[list[str], typer.Option("--env", help="VAR=value of the start (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1).")]
+_PromptLenOpt = Annotated[
+    Optional[int], typer.Option("--prompt-len", min=1, help="Show the blocks a prompt of this length takes.")
+]
+_SamplesOpt = Annotated[int, typer.Option("--samples", min=1, help="Parallel samples of that prompt (shared vs not).")]
+_OverheadOpt = Annotated[
+    Optional[str],
+    typer.Option("--overhead", help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default 0)."),
+]
+
+
 def plan(
     ctx: typer.Context,
     models: Annotated[
@@ -227,18 +249,16 @@ def plan(
     ] = None,
     target_concurrency: TargetConcurrency = None,
     block_size: BlockSizeOpt = None,
-    prompt_len: Annotated[
-        Optional[int], typer.Option("--prompt-len", min=1, help="Show the blocks a prompt of this length takes.")
-    ] = None,
-    samples: Annotated[
-        int, typer.Option("--samples", min=1, help="Parallel samples of that prompt (shared vs not).")
-    ] = 1,
-    overhead: Annotated[
-        Optional[str],
-        typer.Option("--overhead", help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default 0)."),
-    ] = None,
+    prompt_len: _PromptLenOpt = None,
+    samples: _SamplesOpt = 1,
+    overhead: _OverheadOpt = None,
     kv_cache_memory: KvCacheMemoryOpt = None,
     cpu_kvcache_space: CpuKvSpaceOpt = None,
+    device: _DeviceOpt = None,
+    no_hybrid: _NoHybridOpt = False,
+    prefix_caching: _PrefixOpt = True,
+    batched: _BatchedOpt = None,
+    env: _EnvOpt = [],  # noqa: B006 (typer's list default)
     offline: OfflineOpt = False,
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Do not ask NVML for the GPUs.")] = False,
     format: FormatOpt = None,
@@ -258,8 +278,22 @@ def plan(
         utilization=utilization, max_model_len=max_model_len, tp=tp, kv_cache_dtype=kv_cache_dtype,
         quantization=quantization, target_concurrency=target_concurrency, block_size=block_size or 0,
         prompt_len=prompt_len, samples=samples, overhead=overhead, offline=offline,
-        kv_cache_memory=kv_cache_memory, cpu_kvcache_space=cpu_kvcache_space,
+        kv_cache_memory=kv_cache_memory, cpu_kvcache_space=cpu_kvcache_space, device=device,
+        hybrid_manager=not no_hybrid, prefix_caching=prefix_caching, max_num_batched_tokens=batched,
+        env=_env_words(env),
     )  # fmt: skip
     result = planner.make_plan(request, skipped("--no-gpu") if no_gpu else snapshot())
     emit(result, fmt, path, done=f"plan {'fits' if result.fits else 'does not fit'};")
     raise typer.Exit(0 if result.fits else 1)
+
+
+def _env_words(words: list[str]) -> dict[str, str]:
+    from vllm_doctor.errors import DoctorError
+
+    out = {}
+    for w in words:
+        key, eq, value = w.partition("=")
+        if not eq or not key:
+            raise DoctorError(f"--env {w!r}: VAR=value")
+        out[key] = value
+    return out

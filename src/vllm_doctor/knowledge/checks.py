@@ -30,6 +30,7 @@ from vllm_doctor.knowledge.runtime import (
     ttft_split,
 )
 from vllm_doctor.knowledge.sizing import WEIGHTS_READS, gpu_sharing, tp_unneeded, weights_per_gpu
+from vllm_doctor.knowledge.startask import start_model
 from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
 from vllm_doctor.knowledge.traffic import prompt_budget, queue_kind, request_limit
 
@@ -466,5 +467,6 @@ CHECKS: dict[str, Check] = {
         replica_balance,
         tp_unneeded,
         gpu_sharing,
+        start_model,
     )
 }

@@ -10,6 +10,7 @@ from vllm_doctor.data import SEVERITIES, Diagnosis, Fix, FixOut, Match, Rule
 from vllm_doctor.facts import Facts
 from vllm_doctor.knowledge import fixcheck
 from vllm_doctor.knowledge.checks import CHECKS, CheckInput, CheckResult, Options
+from vllm_doctor.knowledge.startask import figures
 from vllm_doctor.knowledge.tracebacks import LifePhases
 from vllm_doctor.matching import expr
 
@@ -31,7 +32,30 @@ def diagnose(
         d = _build(rule, match, base, facts, options)
         if d is not None:
             found.append(d)
-    return rank(found)
+    return reconcile(rank(found))
+
+
+_OPPOSITE = {"raise": "lower", "lower": "raise"}
+
+
+def reconcile(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
+    """One direction per flag in a report: a fix that lowers what a higher-ranked diagnosis's fix
+    raises (or the reverse) is dropped, with the reason, so the report never says both."""
+    said: dict[str, tuple[str, str]] = {}  # flag -> (direction, the rule that said it first)
+    for d in diagnoses:  # one rule's own fixes are its ordered alternatives (TP 2, or TP 4 with the GPUs)
+        kept = []
+        for f in d.fixes:
+            first = said.get(f.flag or "")
+            if first and first[1] != d.rule and f.direction == _OPPOSITE.get(first[0]):
+                why = f"{first[1]} ranks first and says {first[0]} {f.flag}: one direction is kept"
+                d.dropped.append((f.action, why))
+                continue
+            kept.append(f)
+        for f in kept:
+            if f.flag and f.direction in _OPPOSITE:
+                said.setdefault(f.flag, (f.direction, d.rule))
+        d.fixes = [replace(f, rank=i + 1) for i, f in enumerate(kept)]
+    return diagnoses
 
 
 def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: Options) -> Diagnosis | None:
@@ -79,6 +103,8 @@ def _build(rule: Rule, match: Match | None, base: dict, facts: Facts, options: O
             continue  # no variant of the fix has all its numbers known, or the numbers refuse them
         (action, why, value), names = rendered
         used |= names
+        checked = figures(fix.flag, value, values, options.shape)  # the command with it, asked again
+        why = f"{why} {checked}" if checked else why
         fixes.append(FixOut(len(fixes) + 1, action, fix.flag, value, why, fix.direction))
     for t in rule.summary:
         if expr.render(t, values) is not None:

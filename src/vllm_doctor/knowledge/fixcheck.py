@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 TP_FLAG = "--tensor-parallel-size"
 UTIL_FLAG = "--gpu-memory-utilization"
 LEN_FLAG = "--max-model-len"
+SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 # the KV space set explicitly: vLLM sizes the cache from it, not from the utilization
 KV_SPACE_FACTS = ("kv_cache_memory_bytes", "cpu_kvcache_space", "kv_cache.explicit_gib")
 # the categories of a running server whose queue waits on a full cache
@@ -38,6 +39,11 @@ def _number(value: Any) -> float | None:
 def current(flag: str, values: dict[str, Any]) -> Any:
     """The flag's value in this log: `--max-model-len` is the fact max_model_len."""
     name = flag.lstrip("-").replace("-", "_")
+    if flag == SPACE_ENV:
+        return next(
+            (values[n] for n in ("cpu_kvcache_space", "kv_cache.explicit_gib", "kv_gib") if values.get(n) is not None),
+            None,
+        )
     if flag == TP_FLAG:
         return values.get("tp") if values.get("tp") is not None else values.get("tensor_parallel_size")
     return values.get(name)
@@ -67,15 +73,42 @@ def refuse(
             return f"{value} is not below the current {flag} {now}"
         if direction == "raise" and new <= old:
             return f"{value} is not above the current {flag} {now}"
-    if flag == UTIL_FLAG:
-        return _utilization(direction, new, old, values)
+    if flag == UTIL_FLAG:  # an explicit KV space says it first, then the backend
+        return _utilization(direction, new, old, values) or _backend(flag, direction, value, values)
+    why = _backend(flag, direction, value, values)
+    if why:
+        return why
     if flag == TP_FLAG and new is not None:
-        return _tp(int(new), values, shape)
+        why = _tp(int(new), values, shape)
     if flag == LEN_FLAG and direction == "lower":
         if category in QUEUE_CATEGORIES:
             return "the paged KV cache reserves nothing per --max-model-len: a shorter maximum frees no space"
         if target_len and new is not None and new < target_len:
             return f"{value} is below --target-len {target_len}: the target's sequences would not fit"
+    if why is None and value:  # the command with the fix applied, asked again (knowledge/startask.py)
+        from vllm_doctor.knowledge.startask import reask
+
+        why = reask(flag, value, values, shape)
+    return why
+
+
+def _backend(flag: str, direction: str | None, value: str | None, values: dict[str, Any]) -> str | None:
+    """A fix the backend in front of it cannot take: on the CPU backend the cache is
+    VLLM_CPU_KVCACHE_SPACE (whole GiB), there are no GPUs to add and no fp8 quantisation kernel."""
+    cpu = str(values.get("device") or "").lower() == "cpu"
+    if flag == SPACE_ENV:
+        if not cpu:
+            return f"{SPACE_ENV} sizes the cache of the CPU backend only"
+        if value is not None and not str(value).strip().isdigit():
+            return f"{SPACE_ENV}={value}: vLLM reads whole GiB with int()"
+    if not cpu:
+        return None
+    if flag == UTIL_FLAG:
+        return f"on the CPU backend the cache is sized by {SPACE_ENV}, not by the utilization"
+    if flag == "--quantization" and "fp8" in str(value or "").lower():
+        return "the CPU backend has no fp8 quantisation kernel"
+    if flag == TP_FLAG and direction == "raise" and value is None:
+        return "the CPU backend has no GPUs to add"
     return None
 
 

@@ -5,6 +5,7 @@ backend; and is --max-model-len within what the model's config.json allows."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from vllm_doctor.capacity import arithmetic as cap
 from vllm_doctor.capacity import kvcache
@@ -38,30 +39,57 @@ def _element(ctx: Context, shape: ModelShape) -> tuple[float, str]:
     return cap.kv_element_bytes(ctx.args.text("kv_cache_dtype"), cap.serving_dtype(ctx.args.text("dtype"), shape.dtype))
 
 
+def cpu_query(ctx: Context, shape: ModelShape):
+    """This start as the capacity model's question (capacity/start.py) on the CPU backend."""
+    from vllm_doctor.capacity import start
+
+    a = ctx.args
+    return start.StartQuery(
+        shape, "cpu", a.integer("max_model_len"), a.tp, a.pp, a.text("kv_cache_dtype"), a.text("dtype"),
+        a.integer("block_size"), a.integer("max_num_batched_tokens"), a.text("enable_prefix_caching") != "false",
+        not a.on("disable_hybrid_kv_cache_manager"), a.integer("kv_cache_memory_bytes"),
+        a.integer("num_gpu_blocks_override"), a.text("quantization"), dict(a.env),
+    )  # fmt: skip
+
+
 def _cpu_fit(ctx: Context) -> list[Finding]:
+    """vLLM's own cache check at the KV space the command sets, by the one capacity model."""
+    from vllm_doctor.capacity import start
+
     shape = ctx.shape()
-    space = ctx.args.env_number("VLLM_CPU_KVCACHE_SPACE")
-    if not space or space <= 0:
+    text = ctx.args.env.get("VLLM_CPU_KVCACHE_SPACE")
+    try:
+        space = start.cpu_kvcache_space(text)
+    except ValueError:  # vLLM's int() refuses it before anything loads
+        try:
+            up = max(1, math.ceil(float(str(text))))
+        except ValueError:
+            up = 1
+        return [found("check-cpu-kvcache-space-int", {"rounded_up": up}, value=str(text))]
+    if not space and not ctx.args.integer("kv_cache_memory_bytes"):
         raise CannotRun(
             "VLLM_CPU_KVCACHE_SPACE is not set: the CPU worker sizes the KV cache at startup from "
             "--gpu-memory-utilization of the node's memory, less what it measures (see the host_ram check)"
         )
-    cache = space * GIB
+    q = cpu_query(ctx, shape)
+    length, length_from = max_len(ctx, shape)
+    q.max_model_len = length
+    answer = start.ask(q)
+    lay, cache = answer.layout, answer.budget or 0
     element, kv_dtype = _element(ctx, shape)
     bpt = cap.kv_bytes_per_token(shape, element, ctx.args.tp)
-    block = ctx.args.integer("block_size") or kvcache.CPU_BLOCK_SIZE
-    length, length_from = max_len(ctx, shape)
-    blocks = cap.blocks_that_fit(cache, bpt, block)
-    longest = cap.largest_max_model_len(blocks, block)
-    needed = cap.cdiv(length, block) * block * bpt  # as vLLM says it; the null block comes on top
-    numbers = {"kv_cache_gib": space, "kv_bytes_per_token": bpt, "block_size": block, "blocks": blocks,
+    block = lay.block_size if lay else kvcache.CPU_BLOCK_SIZE
+    blocks = int(cache // lay.page_bytes) if lay and lay.page_bytes else 0
+    longest = start.longest(q) or 0
+    needed = answer.capacity.needed_bytes if answer.capacity else cap.cdiv(length, block) * block * bpt
+    numbers = {"kv_cache_gib": round(cache / GIB, 2), "kv_bytes_per_token": bpt, "block_size": block, "blocks": blocks,
                "max_model_len": length, "fit_max_model_len": longest, "needed_gib": round(needed / GIB, 2)}  # fmt: skip
     words = {"kv_formula": cap.kv_formula(shape, element, kv_dtype, ctx.args.tp), "length_from": length_from}
-    if longest >= length:
+    if answer.capacity is None or answer.capacity.fits:
         return [found("check-kv-cache-fits-cpu", numbers, **words)]
-    with_null = needed + block * bpt
+    with_null = needed + (lay.page_bytes if lay else block * bpt)
     return [found("check-cache-oom-cpu", numbers, **words, needed_size=fmt_size(needed, "GiB"),
-                  kvcache_space_needed=-(-with_null * 100 // GIB) / 100, with_null_size=fmt_size(with_null, "GiB"))]  # fmt: skip
+                  kvcache_space_needed=start.space_needed(q), with_null_size=fmt_size(with_null, "GiB"))]  # fmt: skip
 
 
 def _gpu_fit(ctx: Context) -> list[Finding]:

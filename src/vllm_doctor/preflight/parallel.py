@@ -4,6 +4,7 @@ backend, the NUMA nodes its OpenMP binding needs), and a TP the weights do not n
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from vllm_doctor.capacity import arithmetic as cap
@@ -64,17 +65,41 @@ def tp_devices(ctx: Context) -> list[Finding]:
 
 
 def _numa(ctx: Context, world: int) -> list[Finding]:
-    if world == 1:
-        return []
-    bind = ctx.args.env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    """VLLM_CPU_OMP_THREADS_BIND against the ranks: 'auto' needs a NUMA node each, a list one CPU list
+    each of this host's CPUs (capacity/start.py reads it as vLLM does)."""
+    from vllm_doctor.capacity import start
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    suggested = start.bind_string(cpus, world) or "nobind"
+    bind = ctx.args.env.get("VLLM_CPU_OMP_THREADS_BIND", "auto").strip() or "auto"
     if bind != "auto":
+        return _bind_string(bind, world, cpus, suggested)
+    if world == 1:
         return []
     nodes = len(list(NUMA_NODES.glob("node[0-9]*"))) if NUMA_NODES.is_dir() else None
     if nodes is None:
         raise CannotRun(f"{NUMA_NODES} is not readable: the NUMA node count is unknown")
     if nodes >= world:
         return []
-    return [found("check-cpu-numa-nodes", {"ranks": world, "numa_nodes": nodes}, tp=ctx.args.tp)]
+    return [found("check-cpu-numa-nodes", {"ranks": world, "numa_nodes": nodes}, tp=ctx.args.tp, suggested=suggested)]
+
+
+def _bind_string(bind: str, world: int, cpus: int, suggested: str) -> list[Finding]:
+    from vllm_doctor.capacity import start
+
+    try:
+        ranks = start.bind_ranks(bind)
+    except ValueError:
+        ranks, why = [], "it is no CPU list"
+    if ranks is None:  # nobind / all
+        return []
+    if ranks:
+        beyond = any(i >= cpus for r in ranks for i in r)
+        if len(ranks) == world and not beyond:
+            return []
+        why = f"{len(ranks)} lists for {world} ranks" if len(ranks) != world else "it names CPUs this host lacks"
+    numbers = {"ranks": world, "lists": len(ranks), "cpus": cpus}
+    return [found("check-cpu-bind-string", numbers, bind=bind, suggested=suggested, why=why)]
 
 
 def tp_needed(ctx: Context) -> list[Finding]:

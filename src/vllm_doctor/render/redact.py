@@ -49,6 +49,7 @@ _STRONG = (
 _ENV_NAME = re.compile(r"(?:HF_TOKEN|OPENAI_API_KEY|VLLM_API_KEY|[A-Z][A-Z0-9_]*_(?:TOKEN|KEY|SECRET|PASSWORD))\Z")
 _VALUE_END = r"""[^\s,;'"`})\]]"""  # a bare value runs until whitespace or punctuation that closes it
 _NOT_DONE = r"(?!\[?['\"]?\[REDACTED\])"  # a value masked already (a known literal went first)
+_VAR_REF = re.compile(r"""(['"]?)\$\{?[A-Za-z_][A-Za-z0-9_]*\}?\1\Z""")  # the corrected command's secrets
 _QUOTED = r"'[^'\n]*'|\"[^\"\n]*\""
 _NO_EMPTY = r"(?!None\b|null\b|True\b|False\b)"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
@@ -64,7 +65,7 @@ def _masked(m: re.Match[str]) -> str:
     """The name part kept, the value masked in the value's own quoting."""
     value = m.group(m.lastindex or 0)
     head = m.group(1)
-    if MASK in value:  # masked already (a known literal went first)
+    if MASK in value or _VAR_REF.match(value):  # masked already, or a reference ("$VLLM_API_KEY"), no secret
         return m.group(0)
     if value[:1] in ("'", '"'):
         return f"{head}{value[0]}{MASK}{value[0]}"

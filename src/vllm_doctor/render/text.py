@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shlex
 import textwrap
 from typing import IO, Any
@@ -336,7 +337,11 @@ def _continued(command: str, width: int) -> list[str]:
         return [command]
     parts: list[str] = []
     for w in words:
-        quoted = shlex.quote(w)
+        quoted = f'"{w}"' if re.fullmatch(r"\$\{?[A-Za-z_]\w*\}?", w) else shlex.quote(w)  # "$VLLM_API_KEY" expands
+        name, eq, value = w.partition("=")
+        leading = all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", p) for p in parts)  # before `vllm serve`
+        if leading and eq and re.fullmatch(r"[A-Z_][A-Z0-9_]*", name):
+            quoted = f"{name}={shlex.quote(value)}"  # VAR=value is an assignment only while its name is unquoted
         if parts and parts[-1].startswith("-") and " " not in parts[-1] and not w.startswith("-"):
             parts[-1] += " " + quoted
         else:

@@ -1,0 +1,226 @@
+"""The log's server as one question to the capacity model (capacity/start.py): its command as a
+StartQuery, the same command with a fix applied, and the re-ask every fix passes before it is shown.
+
+The log states the flags (non-default args), the backend, vLLM's KV space ("Explicitly set (1.0/..)
+GiB" is VLLM_CPU_KVCACHE_SPACE) and the budget of a GPU's cache ("available KV cache memory").
+What it does not state of the host (NUMA nodes, CPUs) is this machine's: the advice is for the
+host in front of you.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
+
+if TYPE_CHECKING:
+    from vllm_doctor.capacity.shape import ModelShape
+    from vllm_doctor.capacity.start import StartQuery
+
+GIB = 2**30
+NUMA_NODES = Path("/sys/devices/system/node")
+BIND = "VLLM_CPU_OMP_THREADS_BIND"
+SPACE = "VLLM_CPU_KVCACHE_SPACE"
+# the variables of a start the corrected command carries as leading VAR=value words
+START_ENV = (SPACE, BIND, "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE")
+# the names query() reads, for the declaration of the check that calls it
+READS = frozenset({
+    "device", "max_model_len", "tp", "tensor_parallel_size", "pipeline_parallel_size", "kv_cache_dtype", "dtype",
+    "block_size", "max_num_batched_tokens", "enable_prefix_caching", "disable_hybrid_kv_cache_manager",
+    "kv_cache_memory_bytes", "num_gpu_blocks_override", "quantization", "vllm_version", "cpu_kvcache_space",
+    "kv_cache.explicit_gib", "available_gib", "kv_cache.available_gib", "allowed",
+})  # fmt: skip
+# the flags a fix may change that the capacity model takes (others: nothing to re-ask)
+ASKED = {
+    "--max-model-len": "max_model_len", "--tensor-parallel-size": "tp", "--kv-cache-dtype": "kv_cache_dtype",
+    "--block-size": "block_size", "--kv-cache-memory-bytes": "kv_cache_memory_bytes",
+    "--num-gpu-blocks-override": "num_gpu_blocks_override", "--quantization": "quantization",
+    "--pipeline-parallel-size": "pp",
+}  # fmt: skip
+
+_TP = ("tp-heads", "tp-kv-heads", "tp-vocab", "cpu-numa", "cpu-bind", "cache", "gpus")
+ADDRESSES = {  # the refusals a fix to this flag is for
+    "--tensor-parallel-size": _TP, "--pipeline-parallel-size": ("pp-layers", "gpus", "cpu-numa", "cpu-bind"),
+    "--max-model-len": ("context", "cache"), "--kv-cache-dtype": ("cache",), "--block-size": ("cache",),
+    "--kv-cache-memory-bytes": ("cache",), "--num-gpu-blocks-override": ("cache",), "--quantization": ("cpu-fp8",),
+    SPACE: ("cache", "cpu-kvcache-space"), BIND: ("cpu-numa", "cpu-bind"), "VLLM_ALLOW_LONG_MAX_MODEL_LEN": ("context",),
+}  # fmt: skip
+
+
+def host_numa_nodes() -> int | None:
+    return len(list(NUMA_NODES.glob("node[0-9]*"))) or None if NUMA_NODES.is_dir() else None
+
+
+def host_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(float(str(value).replace(",", ""))) if value is not None and value is not False else None
+    except ValueError:
+        return None
+
+
+def log_env(get: Callable[..., Any]) -> dict[str, str]:
+    """The variables of the log's start that it states: the CPU backend's explicit KV space."""
+    explicit = get("cpu_kvcache_space", "kv_cache.explicit_gib")
+    if str(get("device") or "").lower() == "cpu" and explicit is not None and not _int(get("kv_cache_memory_bytes")):
+        return {SPACE: str(int(float(explicit)))}
+    return {}
+
+
+def numa_nodes(get: Callable[..., Any]) -> int | None:
+    allowed = get("allowed")  # "Allowed NUMA nodes are [0]"
+    return len([n for n in str(allowed).split(",") if n.strip()]) if allowed is not None else host_numa_nodes()
+
+
+def fix_env(get: Callable[..., Any], env: dict[str, str], flag: str, value: str | None, world: int) -> dict[str, str]:
+    """The environment of the command with the fix applied: the fix's own variable, and on the CPU
+    backend a bind string sized to this host's CPUs for ranks the NUMA nodes cannot each take."""
+    env = dict(env)
+    if flag in START_ENV and value is not None:
+        env[flag] = str(value)
+    if str(get("device") or "").lower() == "cpu":
+        _bind(env, world, numa_nodes(get), host_cpus())
+    return env
+
+
+def _bind(env: dict[str, str], world: int, nodes: int | None, cpus: int) -> None:
+    """VLLM_CPU_OMP_THREADS_BIND for `world` CPU ranks when 'auto' would need more NUMA nodes than there are."""
+    from vllm_doctor.capacity.start import bind_string
+
+    if world > 1 and env.get(BIND, "auto") == "auto" and (nodes or 1) < world:
+        bind = bind_string(cpus, world)
+        if bind:
+            env[BIND] = bind
+
+
+def query(get: Callable[..., Any], shape: ModelShape | None) -> StartQuery | None:
+    """The log's start as a StartQuery (`get(*names)`: the first known value); None without a model
+    or a V1 backend to tell."""
+    from vllm_doctor.capacity import start
+
+    if shape is None:
+        return None
+    cpu = str(get("device") or "").lower() == "cpu"
+    env = log_env(get)
+    bytes_given = _int(get("kv_cache_memory_bytes"))
+    budget = None
+    printed = get("available_gib")  # the cache check's "available": the budget less the null block
+    if printed is not None:
+        budget = (float(printed) + 0.005) * GIB  # the upper edge of its rounding: vLLM's own estimate fits
+    elif get("kv_cache.available_gib") is not None:
+        budget = float(get("kv_cache.available_gib")) * GIB
+    nodes = numa_nodes(get)
+    q = start.StartQuery(
+        shape, "cpu" if cpu else "cuda", _int(get("max_model_len")), _int(get("tp", "tensor_parallel_size")) or 1,
+        _int(get("pipeline_parallel_size")) or 1, get("kv_cache_dtype"), get("dtype"), _int(get("block_size")),
+        _int(get("max_num_batched_tokens")), get("enable_prefix_caching") is not False,
+        not get("disable_hybrid_kv_cache_manager"), bytes_given, _int(get("num_gpu_blocks_override")),
+        get("quantization"), env, budget, get("vllm_version") or start.DEFAULT_VERSION, nodes, host_cpus(),
+    )  # fmt: skip
+    if printed is not None:  # the printed figure is the budget less one block
+        q.budget_bytes = (q.budget_bytes or 0) + start.layout_of(q).page_bytes
+    return q
+
+
+def with_fix(q: StartQuery, flag: str, value: str | None) -> StartQuery | None:
+    """The same start with the fix applied (None: a fix the model does not take). A TP above 1 on
+    the CPU backend without NUMA nodes for its ranks gets a bind string sized to this host's CPUs."""
+    env = dict(q.env)
+    if flag in START_ENV:
+        env[flag] = str(value)
+        return replace(q, env=env)
+    field = ASKED.get(flag)
+    if field is None or value is None:
+        return None
+    new = value if field in ("kv_cache_dtype", "quantization") else _int(value)
+    if new is None:
+        return None
+    changes: dict[str, Any] = {field: new}
+    fixed = replace(q, **changes, env=env)
+    if field in ("tp", "pp") and q.backend != "cpu":
+        fixed.budget_bytes = None  # another split of the weights: the budget per GPU is not known from the log
+    if q.backend == "cpu":
+        _bind(fixed.env, fixed.tp * fixed.pp, q.numa_nodes, q.cpus or host_cpus())
+    return fixed
+
+
+def reask(flag: str | None, value: str | None, values: dict[str, Any], shape: ModelShape | None) -> str | None:
+    """Why the command with this fix still does not start, or None (it starts, or cannot be asked)."""
+    if not flag or shape is None:
+        return None
+    q = query(lambda *names: next((values[n] for n in names if values.get(n) is not None), None), shape)
+    if q is None:
+        return None
+    fixed = with_fix(q, flag, value)
+    if fixed is None:
+        return None
+    from vllm_doctor.capacity.start import ask
+
+    before, after = {w for w, _ in ask(q).refusals}, ask(fixed)
+    # what the fix breaks, or what it is for and still refuses; a refusal the log's own start passed
+    # (a config that is not quite the served model's) is not the fix's to mend
+    left = [why for what, why in after.refusals if what not in before or what in ADDRESSES.get(flag, ())]
+    if left or not after.fixable:
+        return f"with {flag} {value} it still does not start: {'; '.join(left) or after.reason}"
+    return None
+
+
+@check(
+    reads=READS | {"free_gib", "needed_gib", "workers"},
+    returns={"kvcache_space_needed", "kvcache_space_below_free", "start_unfixable", "start_refused", "cpu_bind_string"},
+)
+def start_model(inp: CheckInput) -> CheckResult:
+    """The capacity model's answer for the log's command: whether it starts and why not, whether any
+    change can start it; on the CPU backend the whole-GiB VLLM_CPU_KVCACHE_SPACE it needs and a bind
+    string for its ranks on this host's CPUs."""
+    from vllm_doctor.capacity import start
+
+    out: dict[str, Any] = {}
+    cpu = str(inp.get("device") or "").lower() == "cpu"
+    q = query(inp.get, inp.options.shape)
+    need = None
+    if q is not None:
+        answer = start.ask(q)
+        out["start_unfixable"] = not answer.fixable
+        if answer.starts is False:
+            out["start_refused"] = answer.reason
+        need = start.space_needed(q) if cpu and answer.fixable else None
+    elif cpu and inp.get("needed_gib") is not None:  # no config: vLLM's figure, and a block on top of it
+        need = int(float(inp.get("needed_gib"))) + 1
+    if not cpu or out.get("start_unfixable"):
+        return CheckResult(out)
+    if need is not None:
+        out["kvcache_space_needed"] = need
+    free = inp.get("free_gib")
+    if free is not None and (need or 1) < float(free):
+        out["kvcache_space_below_free"] = max(need or 1, int(float(free) // 2))
+    world = _int(inp.get("workers")) or (q.tp * q.pp if q else _int(inp.get("tp", "tensor_parallel_size")) or 1)
+    bind = start.bind_string(host_cpus(), world) if world > 1 else None
+    if bind:
+        out["cpu_bind_string"] = bind
+    return CheckResult(out)
+
+
+def figures(flag: str | None, value: str | None, values: dict[str, Any], shape: ModelShape | None) -> str | None:
+    """The before/after figures of a fix that the re-ask says starts: what refused, and the cache after."""
+    if not flag or value is None or shape is None:
+        return None
+    from vllm_doctor.capacity.start import ask
+
+    q = query(lambda *names: next((values[n] for n in names if values.get(n) is not None), None), shape)
+    fixed = with_fix(q, flag, value) if q is not None else None
+    if q is None or fixed is None:
+        return None
+    before, after = ask(q), ask(fixed)
+    if after.starts is not True or before.starts is not False or after.capacity is None:
+        return None
+    c = after.capacity
+    return (f"Re-checked: before, {before.refusals[0][1]}; with it, the start passes "
+            f"({c.tokens:,} KV tokens; one {after.max_model_len:,}-token sequence needs {c.needed_gib} of {c.available_gib} GiB).")  # fmt: skip
