@@ -91,6 +91,6 @@ def test_a_blocker_the_lifetime_got_past_is_an_info_note_of_what_it_means():
     bare = Facts()  # uvicorn's unprefixed ready on stderr: a capture of both streams may put it last
     bare.phases.append((9, 0, "ready", None))
     assert diagnose([rule], {"heads": match}, bare)[0].severity == "blocker"
-    plain = parse(RULE, Path("heads.toml"))  # no `survived` text: the summary, and that it was got past
+    plain = parse(RULE, Path("heads.toml"), checks=CHECKS)  # no `survived` text: the summary, and that it was got past
     [note] = diagnose([plain], {"heads": Match(plain, [Evidence(5, "x")], {"heads": 40, "tp": 1}, 1, 5)}, ready)
     assert note.severity == "info" and note.summary.endswith("it became ready or served after line 5.")

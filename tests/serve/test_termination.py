@@ -26,7 +26,8 @@ def test_a_failed_start_leaves_its_cause_in_the_termination_log(tmp_path, fake_b
     assert lines[0] == "vllm-doctor: failed: cache-oom (blocker)"
     assert lines[1] == "Fix 1: Lower --max-model-len to 8064"
     assert lines[2] == "Corrected command (fix 1 applied: --max-model-len 8064):"
-    assert lines[3].startswith("vllm serve ") and lines[3].endswith("--max-model-len 8064")
+    # the lab start set its CPU KV space: the command as pasted carries it in front
+    assert lines[3].startswith("VLLM_CPU_KVCACHE_SPACE=1 vllm serve ") and lines[3].endswith("--max-model-len 8064")
     assert "exit status 1; never became ready" in text
     assert f"Incident report: {report_dirs(tmp_path)[0]}/" in text
 

@@ -133,7 +133,7 @@ def corrected(facts: Facts, diagnoses: list[Diagnosis], shape: ModelShape | None
     if flag.startswith("--"):
         items = apply(items, fix)
     get = _getter(facts, items)
-    world = (int(get("tensor_parallel_size") or 1)) * (int(get("pipeline_parallel_size") or 1))
+    world = (startask.as_int(get("tensor_parallel_size")) or 1) * (startask.as_int(get("pipeline_parallel_size")) or 1)
     env = startask.fix_env(get, startask.log_env(get), flag, fix.value, world)
     if shape is not None and _refused(get, shape, env):
         return None

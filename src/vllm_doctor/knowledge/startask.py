@@ -59,17 +59,18 @@ def host_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _int(value: Any) -> int | None:
+def as_int(value: Any) -> int | None:
+    """A log's number as a whole one ('2', '2.0', '1,024'); None for none, junk, NaN or infinity."""
     try:
         return int(float(str(value).replace(",", ""))) if value is not None and value is not False else None
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 
 def log_env(get: Callable[..., Any]) -> dict[str, str]:
     """The variables of the log's start that it states: the CPU backend's explicit KV space."""
     explicit = get("cpu_kvcache_space", "kv_cache.explicit_gib")
-    if str(get("device") or "").lower() == "cpu" and explicit is not None and not _int(get("kv_cache_memory_bytes")):
+    if str(get("device") or "").lower() == "cpu" and explicit is not None and not as_int(get("kv_cache_memory_bytes")):
         return {SPACE: str(int(float(explicit)))}
     return {}
 
@@ -109,7 +110,7 @@ def query(get: Callable[..., Any], shape: ModelShape | None) -> StartQuery | Non
         return None
     cpu = str(get("device") or "").lower() == "cpu"
     env = log_env(get)
-    bytes_given = _int(get("kv_cache_memory_bytes"))
+    bytes_given = as_int(get("kv_cache_memory_bytes"))
     budget = None
     printed = get("available_gib")  # the cache check's "available": the budget less the null block
     if printed is not None:
@@ -118,10 +119,10 @@ def query(get: Callable[..., Any], shape: ModelShape | None) -> StartQuery | Non
         budget = float(get("kv_cache.available_gib")) * GIB
     nodes = numa_nodes(get)
     q = start.StartQuery(
-        shape, "cpu" if cpu else "cuda", _int(get("max_model_len")), _int(get("tp", "tensor_parallel_size")) or 1,
-        _int(get("pipeline_parallel_size")) or 1, get("kv_cache_dtype"), get("dtype"), _int(get("block_size")),
-        _int(get("max_num_batched_tokens")), get("enable_prefix_caching") is not False,
-        not get("disable_hybrid_kv_cache_manager"), bytes_given, _int(get("num_gpu_blocks_override")),
+        shape, "cpu" if cpu else "cuda", as_int(get("max_model_len")), as_int(get("tp", "tensor_parallel_size")) or 1,
+        as_int(get("pipeline_parallel_size")) or 1, get("kv_cache_dtype"), get("dtype"), as_int(get("block_size")),
+        as_int(get("max_num_batched_tokens")), get("enable_prefix_caching") is not False,
+        not get("disable_hybrid_kv_cache_manager"), bytes_given, as_int(get("num_gpu_blocks_override")),
         get("quantization"), env, budget, get("vllm_version") or start.DEFAULT_VERSION, nodes, host_cpus(),
     )  # fmt: skip
     if printed is not None:  # the printed figure is the budget less one block
@@ -139,7 +140,7 @@ def with_fix(q: StartQuery, flag: str, value: str | None) -> StartQuery | None:
     field = ASKED.get(flag)
     if field is None or value is None:
         return None
-    new = value if field in ("kv_cache_dtype", "quantization") else _int(value)
+    new = value if field in ("kv_cache_dtype", "quantization") else as_int(value)
     if new is None:
         return None
     changes: dict[str, Any] = {field: new}
@@ -201,7 +202,7 @@ def start_model(inp: CheckInput) -> CheckResult:
     free = inp.get("free_gib")
     if free is not None and (need or 1) < float(free):
         out["kvcache_space_below_free"] = max(need or 1, int(float(free) // 2))
-    world = _int(inp.get("workers")) or (q.tp * q.pp if q else _int(inp.get("tp", "tensor_parallel_size")) or 1)
+    world = as_int(inp.get("workers")) or (q.tp * q.pp if q else as_int(inp.get("tp", "tensor_parallel_size")) or 1)
     bind = start.bind_string(host_cpus(), world) if world > 1 else None
     if bind:
         out["cpu_bind_string"] = bind
