@@ -89,8 +89,8 @@ class Rule:
     fixes: list[Fix] = field(default_factory=list)
     references: list[str] = field(default_factory=list)
     names: list[str] = field(default_factory=list)  # preflight rules: the values their check gives the templates
-    # its patterns compile in the linear-time subset (RE2, matching/linear.py): every rule from
-    # --rules; the built-in ones keep the regex module and the timed guard (matching/redos.py)
+    # from --rules (not built in): its patterns are checked in full on loading, and it has no
+    # bulk form. Every pattern compiles in the linear-time subset (RE2, matching/linear.py).
     linear: bool = False
 
 

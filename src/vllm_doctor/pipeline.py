@@ -35,9 +35,6 @@ def explain(paths: list[str], rules: list[Rule] | None = None, options: Options 
     router = Lifetimes()
     engine.run(logread.read(paths, engine.prefilter, stats), Facts(), router)
     warnings = list(stats.warnings)
-    if engine.skipped:
-        slow = ", ".join(f"{rule} ({n})" for rule, n in sorted(engine.skipped.items()))
-        warnings.append(f"rules that hit the regex time limit skipped those lines only (lines skipped): {slow}")
     options = _with_gpu(options or Options())
     found = router.lives()
     this_host = options.this_host if options.this_host is not None else from_this_host(found, options.gpu_snapshot)

@@ -1,7 +1,8 @@
 """A dense log cannot starve a rule (issue 10, class 3): lines full of common anchor words, or a
 million stats lines, used up a rule's time budget, the rule was dropped, and the blocker at the
-end was missed (exit 0). A rule's time limits now skip it for one line only, and the stats series
-is aggregated as it streams, in memory that does not grow with the samples."""
+end was missed (exit 0). Every pattern now matches in linear time (RE2), with no time budget to
+spend, and the stats series is aggregated as it streams, in memory that does not grow with the
+samples."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import shapes
 from vllm_doctor.facts import POINTS_KEPT as KEPT
 from vllm_doctor.facts import Facts, StatsSeries
 from vllm_doctor.knowledge.checks import CHECKS
-from vllm_doctor.matching import engine as engine_mod
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.pipeline import explain
 from vllm_doctor.read import logread
@@ -31,16 +31,13 @@ def _blocker_line(report) -> int:
     return d.evidence[0].line
 
 
-def test_dense_anchor_words_spend_every_budget_and_the_blocker_at_the_end_is_found(tmp_path, monkeypatch):
-    """The 60,000-line attack spent 5 s per rule; at a fiftieth of the budget, 3,000 lines do the same."""
-    monkeypatch.setattr(engine_mod, "RULE_BUDGET", 0.1 / 50 * 5)
+def test_dense_anchor_words_and_the_blocker_at_the_end_is_found(tmp_path):
     report = _explain(tmp_path, shapes.dense(3000))
     assert report.status == "failed" and _blocker_line(report) == 3004
     assert not any("time limit" in w or "dropped" in w for w in report.warnings), report.warnings
 
 
-def test_every_stats_sample_is_counted_past_the_budget(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine_mod, "RULE_BUDGET", 0.01)
+def test_every_stats_sample_is_counted(tmp_path):
     report = _explain(tmp_path, shapes.stats(20_000))
     assert report.facts["stats"]["samples"] == 20_000  # the stats rule was dropped after 223,022 of 1,000,000
     assert report.facts["stats"]["running_max"] == 8

@@ -26,7 +26,7 @@ from conftest import LAB, ROOT, SAMPLE_RULE
 from vllm_doctor.cli import app
 from vllm_doctor.facts import Facts
 from vllm_doctor.knowledge.checks import CHECKS
-from vllm_doctor.matching import linear, redos
+from vllm_doctor.matching import linear
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.matching.loader import load
 from vllm_doctor.read import logread
@@ -59,15 +59,12 @@ def rules_dir(tmp_path: Path, rules: dict[str, str], name: str = "rules") -> Pat
 
 @pytest.fixture
 def no_backtracking_engine(monkeypatch):
-    """The regex module's compile, the static ReDoS check and the timed probe all fail if asked:
-    a --rules pattern needs none of them."""
+    """The regex module's compile fails if asked: a rule pattern never reaches it."""
 
     def never(*a, **k):
-        raise AssertionError("a --rules pattern reached the regex module or the ReDoS guard")
+        raise AssertionError("a rule pattern reached the regex module")
 
     monkeypatch.setattr(regex, "compile", never)
-    monkeypatch.setattr(redos, "static_problems", never)
-    monkeypatch.setattr(redos, "probe", never)
 
 
 def test_rules_check_refuses_every_attack_one_line_each(tmp_path, no_backtracking_engine):
@@ -138,7 +135,6 @@ def test_twenty_rules_of_the_slow_shapes_that_remain_cost_nothing_on_a_hostile_l
     compiled = [pattern for i in range(len(rules)) for pattern, _unless, _level in eng._patterns(i)]
     assert all(isinstance(rx, linear.LinearPattern) for rx in compiled)
     assert sum(rx._rx.programsize for rx in compiled) <= 20 * 2000  # the linear bound's constant
-    assert eng.timeouts == 0  # no search timed out, no rule set aside
     assert {rid for rid in matches} == {f"slow-{i}" for i in range(0, 20, 2)}  # the real line at the end
 
 

@@ -1,7 +1,6 @@
 """matching/ owns the rules engine: loading and validating the rule files in rules/ (loader),
-the condition and template language they use (expr), the linear-time subset (RE2) that --rules
-patterns compile in (linear), the ReDoS guard of the built-in patterns (redos), matching candidate
-lines, wrapped or split ones too (engine), and the documentation `rules show` prints (ruledoc).
+the condition and template language they use (expr), the linear-time subset (RE2) that every
+pattern compiles in (linear), matching candidate lines, wrapped or split ones too (engine), and the documentation `rules show` prints (ruledoc).
 
 The engine knows nothing about vLLM: vLLM's wording lives in rules/*.toml. A new rule is a TOML
 file there plus a fixture (rules/README.md). May import data, errors, read/ (Line, the

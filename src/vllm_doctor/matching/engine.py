@@ -8,7 +8,6 @@ neighbours (up to five lines on), which undoes terminal hard-wraps and split mes
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from time import perf_counter
 from typing import Any, Protocol
 
 from vllm_doctor.data import EVIDENCE_CHARS, Line, Match, Rule, cut_evidence
@@ -20,11 +19,6 @@ from vllm_doctor.read.logread import CONTEXT_AFTER, Bulk  # the lines after a hi
 from vllm_doctor.read.prefilter import Prefilter
 
 MAX_EVIDENCE = 6  # evidence lines kept per rule
-# The time guards skip a rule for one text, never for the rest of the input: a blocker at the end
-# of a log is found however long its rules took on the lines before it (issue 10).
-REGEX_TIMEOUT = 1.0  # seconds one pattern may spend on one text (ReDoS guard); past it, that text is skipped
-RULE_BUDGET = 5.0  # seconds of matching after which a rule's limit per text tightens to SLOW_TIMEOUT
-SLOW_TIMEOUT = 0.01  # a real line takes microseconds: a rule slow on every line costs about this a line
 
 
 class Router(Protocol):
@@ -55,18 +49,14 @@ class Engine:
         # rules that mark a phase go first on a line, a start first of all: a restart's banner opens
         # its lifetime before the same line's other facts (the version, the model, the cache size)
         self._order = {i: (r.phase != "server_start", r.phase is None, i) for i, r in enumerate(rules)}
-        self._compiled: dict[int, list] = {}
-        self.timeouts = 0
-        self._spent: dict[int, float] = {}  # matching time per rule (a hostile log can make a slow
-        self.skipped: dict[str, int] = {}  # pattern slow on every line): texts skipped, by rule id
+        self._compiled: dict[int, list] = {}  # every pattern in RE2 (matching/linear.py): linear in the text
         self._router: Router | None = None
 
     def _patterns(self, index: int) -> list:
         compiled = self._compiled.get(index)
         if compiled is None:
-            linear = self.rules[index].linear  # a --rules pattern: RE2 (matching/linear.py)
             compiled = [
-                (compile_regex(p.regex, linear), compile_regex(p.unless, linear) if p.unless else None, p.level)
+                (compile_regex(p.regex), compile_regex(p.unless) if p.unless else None, p.level)
                 for p in self.rules[index].patterns
             ]
             self._compiled[index] = compiled
@@ -150,44 +140,29 @@ class Engine:
 
         Patterns go in the rule's order, each over every window, so a rule's full pattern on
         the joined lines of a wrapped message wins over its short fallback on one line (which
-        would lose the message's numbers). A search that hits the time limit ends the rule's
-        tries around this line (the joined windows are longer, so slower): the rule goes on
-        with the next line."""
+        would lose the message's numbers)."""
         rule = self.rules[index]
         texts = _Cached(_texts(_windows(prev, line, nexts, floor)))
         for pattern in self._patterns(index):
             for window, text in texts:
                 found = self._search(index, pattern, text, window[0].level)
-                if found is None:
-                    return 0
                 if found:
                     self._record(rule, found, window, facts, matches)
                     return window[-1].no
         return 0
 
-    def _search(self, index: int, pattern, text: str, level: str | None) -> list[dict[str, Any]] | None:
-        """The matches' groups of one pattern in one text; None when the search hit the time limit."""
+    def _search(self, index: int, pattern, text: str, level: str | None) -> list[dict[str, Any]]:
+        """The matches' groups of one pattern in one text."""
         rx, unless, want_level = pattern
         if want_level and level != want_level:
             return []
-        rule = self.rules[index]
-        spent = self._spent.get(index, 0.0)
-        limit = REGEX_TIMEOUT if spent <= RULE_BUDGET else SLOW_TIMEOUT
-        start = perf_counter()
-        try:
-            if rule.kind == "fact":
-                ms = list(rx.finditer(text, timeout=limit))
-            else:
-                m = rx.search(text, timeout=limit)
-                ms = [m] if m else []
-            if ms and unless is not None and unless.search(text, timeout=limit):
-                ms = []
-        except TimeoutError:
-            self.timeouts += 1
-            self.skipped[rule.id] = self.skipped.get(rule.id, 0) + 1
-            return None
-        finally:
-            self._spent[index] = spent + perf_counter() - start
+        if self.rules[index].kind == "fact":
+            ms = list(rx.finditer(text))
+        else:
+            m = rx.search(text)
+            ms = [m] if m else []
+        if ms and unless is not None and unless.search(text):
+            ms = []
         return [{k: v for k, v in m.groupdict().items() if v is not None} for m in ms]
 
     def _record(self, rule: Rule, found: list[dict[str, str]], window: list[Line], facts: Facts, matches) -> None:

@@ -1,8 +1,8 @@
-"""The linear-time subset that patterns from `--rules DIR` compile in: RE2 (google-re2).
+"""The linear-time subset every rule pattern compiles in, built in or from `--rules DIR`: RE2 (google-re2).
 
 RE2 matches without backtracking: a search costs at most (program size) steps per character of
 the text, whatever the text holds. With the pattern's length, every repetition count and the
-compiled program bounded here, `rules check` promises a user pattern runs in linear time and
+compiled program bounded here, `rules check` promises a pattern runs in linear time and
 fixed memory from its structure alone, and times nothing. What RE2 cannot run (lookarounds,
 backreferences, atomic groups, possessive repeats, fuzzy matching) is refused with one line.
 
@@ -240,7 +240,7 @@ def _class_end(text: str, i: int) -> int:
 
 class LinearPattern:
     """An RE2 pattern behind the regex module's interface the engine and `rules check` use:
-    search and finditer (a `timeout` is accepted and needs no enforcing), groupindex, and
+    search and finditer, groupindex, and
     matches whose groupdict() has the pattern's own group names."""
 
     __slots__ = ("_names", "_rx", "pattern")
@@ -253,13 +253,11 @@ class LinearPattern:
         index = self._rx.groupindex
         return {name: index[internal[0]] for name, internal in self._names.items()}
 
-    def search(self, string: str, pos: int | None = None, endpos: int | None = None, *, timeout=None):
+    def search(self, string: str, pos: int | None = None, endpos: int | None = None):
         m = self._rx.search(_encodable(string), pos, endpos)
         return None if m is None else LinearMatch(m, self._names)
 
-    def finditer(
-        self, string: str, pos: int | None = None, endpos: int | None = None, *, timeout=None
-    ) -> Iterator[LinearMatch]:
+    def finditer(self, string: str, pos: int | None = None, endpos: int | None = None) -> Iterator[LinearMatch]:
         for m in self._rx.finditer(_encodable(string), pos, endpos):
             yield LinearMatch(m, self._names)
 

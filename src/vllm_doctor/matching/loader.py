@@ -168,16 +168,12 @@ def _stat(path: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-def compile_regex(text: str, linear: bool = False):
-    """A rule pattern compiled: by RE2 in the linear-time subset for a --rules rule (`linear`,
-    matching/linear.py; raises NotLinear), else by the regex module (the built-in rules)."""
-    if linear:
-        from vllm_doctor.matching.linear import compile_linear
+def compile_regex(text: str):
+    """A rule pattern compiled by RE2 in the linear-time subset (matching/linear.py; raises
+    NotLinear): every rule, built in or from --rules, matches in time linear in the line."""
+    from vllm_doctor.matching.linear import compile_linear
 
-        return compile_linear(text)
-    import regex
-
-    return regex.compile(text, regex.VERSION0)
+    return compile_linear(text)
 
 
 _GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")
@@ -186,19 +182,14 @@ _GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")
 def _checked_regex(text: str, key: str, rule: Rule, trusted: bool, out: _Problems) -> set[str] | None:
     """The pattern's group names; None (and its problems) when it cannot be used.
 
-    A --rules pattern (rule.linear) must be in the linear-time subset, which bounds its size
-    and repeats before anything compiles; a built-in one compiles in the regex module and passes
-    the static ReDoS check (`rules check` times it too)."""
-    from vllm_doctor.matching.linear import NotLinear, length_problem
+    Every pattern must be in the linear-time subset (RE2), which bounds its size and repeats
+    before anything compiles: what it is decides, never how long it took."""
+    from vllm_doctor.matching.linear import NotLinear
 
     if trusted:  # the names alone, without compiling (tests check this agrees for the built-ins)
         return set(_GROUP_NAME.findall(text))
-    too_long = length_problem(text)
-    if too_long:  # first: no compiling or static check walks a megabyte pattern
-        out.add(key, too_long)
-        return None
     try:
-        names = set(compile_regex(text, rule.linear).groupindex)
+        names = set(compile_regex(text).groupindex)
     except NotLinear as e:
         for problem in e.problems:
             out.add(key, problem)
@@ -206,19 +197,7 @@ def _checked_regex(text: str, key: str, rule: Rule, trusted: bool, out: _Problem
     except Exception as e:  # regex.error and friends: report, never crash
         out.add(key, f"does not compile ({e})")
         return None
-    if not rule.linear:
-        _no_catastrophic_backtracking(text, key, out)
     return names
-
-
-def _no_catastrophic_backtracking(text: str, key: str, out: _Problems) -> None:
-    """A pattern whose structure lets a hostile line make it backtrack for minutes is refused
-    (`rules check` also times each pattern on such lines: redos.py)."""
-    from vllm_doctor.matching.redos import static_problems
-
-    problems = static_problems(text)
-    if problems:
-        out.add(key, f"can backtrack catastrophically: {problems[0]}")
 
 
 def parse(data: dict, path: Path, *, checks: Checks, trusted: bool = False, linear: bool | None = None) -> Rule:

@@ -28,8 +28,7 @@ REGION = 1 << 20  # bytes of whole lines scanned and selected at a time (bounds 
 FIRST_BLOCK = 1 << 20  # the buffer starts this small, so a short log costs no 16 MiB allocation
 # Longer lines (and lines a progress bar redrew with CRs) are matched in pieces, one around
 # every anchor hit, cut at the CRs either side (_spans). This bounds what a rule pattern ever
-# searches (real vLLM lines stay under 4 KiB): `rules check` times every pattern on hostile
-# lines of this size (redos.py), so no line can make one backtrack for long.
+# searches (real vLLM lines stay under 4 KiB); every pattern is linear in it (RE2: matching/linear.py).
 MAX_LINE = 16 << 10
 WINDOW = 8 << 10  # half-width of such a piece
 MARGIN = 1 << 10  # bytes a piece holds at least either side of each anchor hit in it
