@@ -3,6 +3,8 @@ TP against the model's shape and the visible GPUs."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from preflight_fakes import h100s
 
@@ -23,17 +25,17 @@ def test_llama_3_8b_fits_an_h100():
     assert (found.severity, found.category, found.rule) == ("info", "kv-capacity", "check-kv-cache-fits-gpu")
     n = found.numbers
     assert n["kv_bytes_per_token"] == 131072 and n["gpu_memory_utilization"] == 0.9
-    expected = n["gpu_total_gib"] * 0.9 - n["weights_gib_per_gpu"]
-    assert abs(n["kv_cache_gib"] - expected) < 0.02
+    expected = n["gpu_total_gib"] * 0.9 - n["weights_gib_per_gpu"] - n["overhead_gib"]
+    assert abs(n["kv_cache_gib"] - expected) < 0.02 and n["overhead_gib"] == 4.0  # 1.5 + 0.5 + 2 GiB, plan's default
 
 
 def test_too_little_utilization_is_cache_oom_with_the_length_that_fits():
-    (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192", "--gpu-memory-utilization", "0.2"))
+    (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192", "--gpu-memory-utilization", "0.25"))
     assert (found.severity, found.category, found.rule) == ("blocker", "cache-oom", "check-cache-oom-gpu")
     longest = found.numbers["fit_max_model_len"]
     assert 0 < longest < 8192 and longest % 16 == 0  # whole 16-token blocks, one held back
     fixes = {f.flag: f.value for f in found.fixes}
-    assert fixes["--max-model-len"] == str(longest) and 0.2 < float(fixes["--gpu-memory-utilization"]) < 0.3
+    assert fixes["--max-model-len"] == str(longest) and 0.25 < float(fixes["--gpu-memory-utilization"]) < 0.3
     assert fixes["--kv-cache-dtype"] == "fp8"
 
 
@@ -45,9 +47,9 @@ def test_weights_that_do_not_fit_are_weights_oom():
 
 
 def test_a_thin_margin_is_a_low_confidence_warning():
-    (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192", "--gpu-memory-utilization", "0.24"))
+    (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192", "--gpu-memory-utilization", "0.26"))
     assert (found.severity, found.confidence, found.rule) == ("warning", "low", "check-cache-oom-tight")
-    assert found.numbers["kv_cache_gib"] - found.numbers["needed_gib"] < fit.OVERHEAD_SPAN / 2**30
+    assert 0 < found.numbers["kv_cache_gib"] - found.numbers["needed_gib"] < fit.TIGHT_MARGIN / 2**30 + 0.01
 
 
 def test_without_gpu_or_cpu_backend_fit_cannot_run():
@@ -116,3 +118,37 @@ def test_the_cpu_binding_is_held_to_the_ranks_and_this_hosts_cpus():
     if cpus >= 2:
         fits = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
         assert parallel.tp_devices(ctx("lab-tiny-llama", "-tp", "2", env=fits, backend="cpu")) == []
+
+
+@pytest.mark.parametrize(
+    ("model", "argv", "gpus"),
+    [
+        ("llama-2-7b", ("--max-model-len", "4096"), 1),  # dense: 32 KV heads
+        ("llama-3-8b", ("--max-model-len", "8192", "--gpu-memory-utilization", "0.5"), 1),  # GQA: 8 KV heads
+        ("llama-3-8b", ("--max-model-len", "8192", "-tp", "2", "--gpu-memory-utilization", "0.2"), 2),  # TP 2
+        ("llama-3.1-8b", ("--max-model-len", "131072", "--gpu-memory-utilization", "0.3"), 1),  # does not fit
+    ],
+)
+def test_check_and_plan_give_the_same_verdict_and_kv_tokens(model, argv, gpus):
+    """The same command on the same (faked) GPUs: check's start-or-refuse and KV tokens are plan's, at
+    the overhead plan's serve line reserves by default."""
+    from vllm_doctor.capacity import gpu
+    from vllm_doctor.capacity.plan import PlanRequest, make_plan
+
+    (found,) = fit.fit(ctx(model, *argv, gpus=gpus))
+    n = found.numbers
+    flags = dict(zip(argv[::2], argv[1::2], strict=True))
+    req = PlanRequest(
+        models=[str(FIXTURES / "configs" / model)], max_model_len=int(flags["--max-model-len"]),
+        utilization=float(flags.get("--gpu-memory-utilization", 0.9)), tp=int(flags.get("-tp", 1)), gpus=gpus,
+        overhead=f"{n['overhead_gib']}GiB", offline=True,
+    )  # fmt: skip
+    mp = make_plan(req, gpu.snapshot(h100s(gpus))).models[0]
+    assert mp.budget.tp == req.tp  # the plan at the TP asked, not one it chose instead
+    starts = found.rule in ("check-kv-cache-fits-gpu", "check-cache-oom-tight")
+    assert starts == mp.fits, (found.rule, mp.problems)
+    assert n["kv_cache_gib"] == pytest.approx(max(mp.budget.cache_bytes, 0) / 2**30, abs=0.01)
+    assert n["fit_max_model_len"] == mp.budget.longest_sequence
+    if found.rule == "check-kv-cache-fits-gpu":  # vLLM's print (whole blocks) against plan's bytes / bytes per token
+        tokens = int(re.search(r"; ([\d,]+) tokens fit", found.summary).group(1).replace(",", ""))
+        assert 0 <= mp.budget.tokens - tokens < mp.budget.block_size

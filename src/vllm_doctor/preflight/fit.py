@@ -14,7 +14,8 @@ from vllm_doctor.capacity.shape import ModelShape
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, found
 
-OVERHEAD_SPAN = 4 * cap.GB  # vLLM measures activation peak + non-torch + CUDA graphs at startup: 1-4 GB seen
+TIGHT_MARGIN = GIB  # what the cache has to spare beyond the estimated overheads before a start is called tight:
+# vLLM measures the activation peak, non-torch memory and CUDA graphs at startup (1-4 GB seen), the estimate may miss
 
 
 def max_len(ctx: Context, shape: ModelShape) -> tuple[int, str]:
@@ -39,13 +40,13 @@ def _element(ctx: Context, shape: ModelShape) -> tuple[float, str]:
     return cap.kv_element_bytes(ctx.args.text("kv_cache_dtype"), cap.serving_dtype(ctx.args.text("dtype"), shape.dtype))
 
 
-def cpu_query(ctx: Context, shape: ModelShape):
-    """This start as the capacity model's question (capacity/start.py) on the CPU backend."""
+def start_query(ctx: Context, shape: ModelShape, backend: str):
+    """This start as the capacity model's question (capacity/start.py) on `backend` ("cpu" or "cuda")."""
     from vllm_doctor.capacity import start
 
     a = ctx.args
     return start.StartQuery(
-        shape, "cpu", a.integer("max_model_len"), a.tp, a.pp, a.text("kv_cache_dtype"), a.text("dtype"),
+        shape, backend, a.integer("max_model_len"), a.tp, a.pp, a.text("kv_cache_dtype"), a.text("dtype"),
         a.integer("block_size"), a.integer("max_num_batched_tokens"), a.text("enable_prefix_caching") != "false",
         not a.on("disable_hybrid_kv_cache_manager"), a.integer("kv_cache_memory_bytes"),
         a.integer("num_gpu_blocks_override"), a.text("quantization"), dict(a.env),
@@ -71,7 +72,7 @@ def _cpu_fit(ctx: Context) -> list[Finding]:
             "VLLM_CPU_KVCACHE_SPACE is not set: the CPU worker sizes the KV cache at startup from "
             "--gpu-memory-utilization of the node's memory, less what it measures (see the host_ram check)"
         )
-    q = cpu_query(ctx, shape)
+    q = start_query(ctx, shape, "cpu")
     length, length_from = max_len(ctx, shape)
     q.max_model_len = length
     answer = start.ask(q)
@@ -93,7 +94,10 @@ def _cpu_fit(ctx: Context) -> list[Finding]:
 
 
 def _gpu_fit(ctx: Context) -> list[Finding]:
+    """The capacity model's answer (capacity/start.py) at the budget plan states: the smallest used GPU
+    x --gpu-memory-utilization less the weights per GPU and the default overhead its serve line reserves."""
     from vllm_doctor.capacity import plan as planner
+    from vllm_doctor.capacity import serving, start
 
     used = ctx.used()
     shape = ctx.shape()
@@ -107,37 +111,47 @@ def _gpu_fit(ctx: Context) -> list[Finding]:
         block_size=args.integer("block_size") or cap.DEFAULT_BLOCK_SIZE, gpus=len(ctx.visible), offline=ctx.offline,
     )  # fmt: skip
     visible = dataclasses.replace(ctx.snapshot, devices=used)
-    try:
+    try:  # the plan for its weights (the whole model's: the same at any TP it may re-plan at)
         plan = planner.make_plan(req, visible)
     except planner.PlanError as e:
         raise CannotRun(str(e)) from None
-    mp = plan.models[0]
-    return [_gpu_verdict(ctx, mp, length, length_from, plan.gpu_bytes)]
+    mp, total, tp = plan.models[0], plan.gpu_bytes, args.tp
+    overhead, overhead_work = serving.default_overhead(total, shape.params or 0, tp)
+    element, _ = _element(ctx, shape)
+    b = dataclasses.replace(mp.budget, tp=tp, overhead_bytes=overhead,
+                            bytes_per_token=cap.kv_bytes_per_token(shape, element, tp))  # fmt: skip
+    q = dataclasses.replace(start_query(ctx, shape, "cuda"), max_model_len=length, budget_bytes=max(b.cache_bytes, 0),
+                            gpus=len(ctx.visible))  # fmt: skip
+    if q.max_num_batched_tokens is None:  # `vllm serve`'s default for this GPU size, as plan counts it
+        q.max_num_batched_tokens = kvcache.serve_batched_tokens(total)
+    return [_gpu_verdict(ctx, mp, b, start.ask(q), start.longest(q) or 0, length_from, overhead_work)]
 
 
-def _gpu_verdict(ctx: Context, mp, length: int, length_from: str, total: float) -> Finding:
-    b = mp.budget
-    util = b.utilization
-    needed = cap.cdiv(length, b.block_size) * b.block_size * b.bytes_per_token  # the null block on top
-    numbers = {"gpu_total_gib": round(total / GIB, 2), "gpu_memory_utilization": util, "tp": b.tp,
-               "weights_gib_per_gpu": round(b.weights_per_gpu / GIB, 2), "kv_cache_gib": round(b.cache_bytes / GIB, 2),
-               "kv_bytes_per_token": b.bytes_per_token, "max_model_len": length,
-               "fit_max_model_len": b.longest_sequence, "needed_gib": round(needed / GIB, 2)}  # fmt: skip
+def _gpu_verdict(ctx: Context, mp, b, answer, longest: int, length_from: str, overhead_work: str) -> Finding:
+    lay, length, total = answer.layout, answer.max_model_len or 0, b.total_bytes
+    needed = answer.capacity.needed_bytes if answer.capacity else 0
+    page = lay.page_bytes if lay else b.block_size * b.bytes_per_token
+    numbers = {"gpu_total_gib": round(total / GIB, 2), "gpu_memory_utilization": b.utilization, "tp": b.tp,
+               "weights_gib_per_gpu": round(b.weights_per_gpu / GIB, 2), "kv_cache_gib": round(max(b.cache_bytes, 0) / GIB, 2),
+               "overhead_gib": round(b.overhead_bytes / GIB, 2), "kv_bytes_per_token": b.bytes_per_token,
+               "max_model_len": length, "fit_max_model_len": longest, "needed_gib": round(needed / GIB, 2)}  # fmt: skip
     words = {"length_from": length_from, "gpu_size": fmt_size(total, "GiB"), "needed_size": fmt_size(needed, "GiB"),
-             "weights_size": fmt_size(b.weights_per_gpu, "GiB"), "cache_size": fmt_size(b.cache_bytes, "GiB")}  # fmt: skip
-    if b.cache_bytes > 0 and b.longest_sequence >= length:
-        margin = b.cache_bytes - needed - b.block_size * b.bytes_per_token
-        if margin < OVERHEAD_SPAN:
-            return found("check-cache-oom-tight", numbers, **words, **_fix_values(ctx, mp, length, total),
+             "weights_size": fmt_size(b.weights_per_gpu, "GiB"), "cache_size": fmt_size(max(b.cache_bytes, 0), "GiB"),
+             "overhead_size": fmt_size(b.overhead_bytes, "GiB"), "overhead_work": overhead_work}  # fmt: skip
+    if answer.starts:
+        margin = b.cache_bytes - needed - page
+        if margin < TIGHT_MARGIN:
+            return found("check-cache-oom-tight", numbers, **words, **_fix_values(ctx, mp, b, length),
                          margin_size=fmt_size(max(margin, 0), "GiB"))  # fmt: skip
-        return found("check-kv-cache-fits-gpu", numbers, **words, kv_tokens=b.tokens, sequences=b.sequences(length))
-    rule = "check-weights-oom" if b.weights_per_gpu >= total * util else "check-cache-oom-gpu"
-    return found(rule, numbers, **words, **_fix_values(ctx, mp, length, total))
+        return found("check-kv-cache-fits-gpu", numbers, **words, kv_tokens=answer.tokens or 0,
+                     sequences=int(answer.capacity.concurrency) if answer.capacity else 0)  # fmt: skip
+    rule = "check-weights-oom" if b.weights_per_gpu >= total * b.utilization else "check-cache-oom-gpu"
+    return found(rule, numbers, **words, **_fix_values(ctx, mp, b, length))
 
 
-def _fix_values(ctx: Context, mp, length: int, total: float) -> dict:
+def _fix_values(ctx: Context, mp, b, length: int) -> dict:
     """The numbers the fit rules' fixes offer; one left out (None) drops its fix."""
-    b = mp.budget
+    total = b.total_bytes
     want = cap.utilization_needed(b.utilization, b.bytes_for(1, length), total * b.utilization, total)
     tp = cap.smallest_tp_that_fits(mp.shape, mp.element_bytes, length, b.block_size, b.cache_bytes,
                                    b.weights_per_gpu, b.tp, mp.valid_tp_sizes)  # fmt: skip
