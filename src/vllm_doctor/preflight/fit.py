@@ -1,5 +1,5 @@
 """Does this start fit: the weights, the KV cache and one --max-model-len sequence on the GPUs it
-will use (capacity/plan.py's budget over the NVML snapshot), or in VLLM_CPU_KVCACHE_SPACE on the CPU
+will use (capacity/start.ask at plan's budget over the NVML snapshot), or in VLLM_CPU_KVCACHE_SPACE on the CPU
 backend; and is --max-model-len within what the model's config.json allows."""
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def _gpu_fit(ctx: Context) -> list[Finding]:
     except planner.PlanError as e:
         raise CannotRun(str(e)) from None
     mp, total, tp = plan.models[0], plan.gpu_bytes, args.tp
-    overhead, overhead_work = serving.default_overhead(total, shape.params or 0, tp)
+    overhead, overhead_work = serving.default_overhead(total, mp.shape.params or 0, tp)
     element, _ = _element(ctx, shape)
     b = dataclasses.replace(mp.budget, tp=tp, overhead_bytes=overhead,
                             bytes_per_token=cap.kv_bytes_per_token(shape, element, tp))  # fmt: skip
