@@ -126,6 +126,14 @@ def convert(kind: type, value: Any) -> Any:
     """A captured string as the fact's type; None when it does not convert."""
     if value is None:
         return None
+    if type(value) is str:  # the common case, a stats line's plain number: what the general path gives, sooner
+        if kind is float and value.isascii():
+            try:
+                return float(value)  # (without a comma or quote, float() reads what the path below reads)
+            except ValueError:
+                pass
+        elif kind is int and len(value) <= 15 and value.isascii() and value.isdigit():
+            return int(value)  # (within a double's 15 exact digits, int(float(x)) is int(x))
     if isinstance(value, kind) and kind is not str and not (kind is int and isinstance(value, bool)):
         return value
     text = str(value).strip().strip("'\"")

@@ -111,14 +111,17 @@ class Engine:
         done = covered.get(index)
         if done and done[0] == item.source and item.no <= done[1]:
             return
-        line, key = _plain_line(item.no, item.source, text)
+        key = lineparse.plain_key(text)
         rule = self.rules[index]
         run = self._run
         if run is None or run[0] != (index, item.source, key):
             self._end_run()
+            line = _plain_line(item.no, item.source, text)[0]
             if self._router is not None:
                 facts = self._router.route(rule, line)[0]
             run = self._run = [(index, item.source, key), facts, line, line]
+        else:  # within a run only its last line is routed (_end_run): the others are only filled
+            line = _filled_line(item.no, item.source, text)
         if last is None:
             for groups in found:
                 _fill_facts(rule, groups, line, run[1])
@@ -127,13 +130,14 @@ class Engine:
             [group] = rule.facts
             for value, times in found.items():
                 _fill_facts(rule, {group: value}, line, run[1], times)
-            run[3] = _plain_line(last[0], item.source, last[1])[0]
+            run[3] = _filled_line(last[0], item.source, last[1])
         covered[index] = (item.source, run[3].no)
 
     def _end_run(self) -> None:
         run, self._run = self._run, None
         if run is not None and run[3] is not run[2] and self._router is not None:
-            self._router.route(self.rules[run[0][0]], run[3])
+            last = run[3]
+            self._router.route(self.rules[run[0][0]], _plain_line(last.no, last.source, last.raw)[0])
 
     def _match_rule(self, index, prev, line, nexts, floor, facts, matches) -> int:
         """Try one rule around one line; returns the last line number used, 0 when no match.
@@ -212,6 +216,12 @@ def _plain_line(no: int, source: int, text: str) -> tuple[Line, str]:
     assert parsed is not None  # a family's form is a plain line (tests/matching/test_engine_bulk.py)
     key, message, process, level = parsed
     return Line(no=no, text=message, raw=text, source=source, process=process, level=level), key
+
+
+def _filled_line(no: int, source: int, text: str) -> Line:
+    """A family's line as _fill_facts reads it (its number, input and text: a family has no phase),
+    without the prefix parse _plain_line gives the lines a router is asked about."""
+    return Line(no=no, text=text, raw=text, source=source)
 
 
 def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts, times: int = 1) -> None:

@@ -95,11 +95,12 @@ def _gap(buf: bytearray, a: int, b: int, families: list[Family], cursor: list[in
     if a >= b:
         return
     marks = sorted((m for f in families if not f.counted for m in f.form.finditer(buf, a, b)), key=re.Match.start)
+    keys = {f.form: f.key for f in families}
     pos = a
     for m in marks:
         _runs(buf, pos, m.start(), families, cursor, out)
         groups = {k: v.decode() for k, v in m.groupdict().items() if v is not None}
-        key = next(f.key for f in families if f.form is m.re)
+        key = keys[m.re]
         out.append((_no(buf, m.start(), cursor), (key, m.group().decode(), [groups], None), (), None))
         pos = m.end()
     _runs(buf, pos, b, families, cursor, out)

@@ -211,6 +211,13 @@ _PLAIN = re.compile(
 _PLAIN_NOT = re.compile(r"[\x00-\x1f\x7f&#^\[{]|%\||it/s\]|s/it\]|\)\s*$")  # what parse() would change
 
 
+def plain_key(text: str) -> str | None:
+    """The run key plain() gives a line it reads, by its first match only (the bulk reader's lines,
+    matching/engine.py, are of a plain form: it needs their key, not the rest)."""
+    m = _PLAIN.match(text)
+    return None if m is None else m["lead"] or m["lead2"]
+
+
 def plain(text: str) -> tuple[str, str, str | None, str | None] | None:
     """(run key, message, process, level) of a line in one of the two plain forms, as parse() reads
     it; the run key is the line's prefix before its time (lines that share it come from one process).
