@@ -91,7 +91,9 @@ def test_metrics_scrapes_of_a_glob_are_read_in_their_numbers_order():
 
 
 def test_many_scrapes_take_one_header_line():
-    r = runner.invoke(app, ["explain", "--no-gpu", *(a for p in SCRAPES for a in ("--metrics", str(p)))])
+    # wide, so the checkout's path (a long one in CI) does not wrap the header line
+    args = ["explain", "--no-gpu", *(a for p in SCRAPES for a in ("--metrics", str(p)))]
+    r = runner.invoke(app, args, env={"COLUMNS": "400"})
     second = r.output.splitlines()[1]
     assert second.startswith(f"{LAB}/queue-saturation.metrics-{{0..11}}.txt (12 inputs, ")
     assert r.output.count("metrics-1.txt") <= r.output.count("scrape 2:")  # a path only beside its evidence
