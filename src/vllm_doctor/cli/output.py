@@ -60,11 +60,15 @@ def write(text: str, path: Path | None, done: str) -> None:
         except BrokenPipeError:
             quiet_closed_stdout()
         return
+    _save(path, text)
+    print(f"vllm-doctor: {done} written to {path}", file=sys.stderr)
+
+
+def _save(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as e:
         raise DoctorError(f"{path}: cannot write ({e.strerror or e})") from None
-    print(f"vllm-doctor: {done} written to {path}", file=sys.stderr)
 
 
 def quiet_closed_stdout() -> None:
@@ -95,8 +99,7 @@ def emit(
             return
         text = render(doc, fmt, redact=redact, verbosity=verbosity, flavor=flavor)
         if path is None:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+            write(text, None, "")
             return
     except BrokenPipeError:
         quiet_closed_stdout()
@@ -107,10 +110,7 @@ def emit(
 
         text, pictures = beside(doc, path, text, redact)
     for target, content in [*pictures, (path, text)]:
-        try:
-            target.write_text(content, encoding="utf-8")
-        except OSError as e:
-            raise DoctorError(f"{target}: cannot write ({e.strerror or e})") from None
+        _save(target, content)
     if done is None:
         from vllm_doctor.render.summary import headline
 
