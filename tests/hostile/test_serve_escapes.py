@@ -62,7 +62,7 @@ def test_a_sigkilled_wrapper_stops_vllm(tmp_path, fake_bin):
     try:
         _wait(ready.exists, what="the child never started")
         kids = Path(f"/proc/{w.pid}/task/{w.pid}/children").read_text().split()
-        (child,) = [int(k) for k in kids]
+        (child,) = [int(k) for k in kids if b"fakevllm" in Path(f"/proc/{k}/cmdline").read_bytes()]  # not the guardian
         assert alive(child)
         w.send_signal(signal.SIGKILL)
         w.wait(10)

@@ -9,6 +9,7 @@ or `.md` infers the format unless --format says otherwise.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -64,11 +65,19 @@ def write(text: str, path: Path | None, done: str) -> None:
     print(f"vllm-doctor: {done} written to {path}", file=sys.stderr)
 
 
-def _save(path: Path, text: str) -> None:
+def _save(path: Path, text: str, beside: bool = False) -> None:
+    """`beside`: a file named after the report (report.memory.svg), not by the operator: opened
+    O_NOFOLLOW, so a symlink planted at that name is refused rather than written through."""
     try:
-        path.write_text(text, encoding="utf-8")
+        if not beside:
+            path.write_text(text, encoding="utf-8")
+            return
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        with os.fdopen(os.open(path, flags, 0o666), "w", encoding="utf-8") as f:
+            f.write(text)
     except OSError as e:
-        raise DoctorError(f"{path}: cannot write ({e.strerror or e})") from None
+        why = "a symbolic link, not followed" if e.errno == errno.ELOOP else e.strerror or e
+        raise DoctorError(f"{path}: cannot write ({why})") from None
 
 
 def quiet_closed_stdout() -> None:
@@ -109,8 +118,9 @@ def emit(
         from vllm_doctor.render.html import beside
 
         text, pictures = beside(doc, path, text, redact)
-    for target, content in [*pictures, (path, text)]:
-        _save(target, content)
+    for target, content in pictures:
+        _save(target, content, beside=True)
+    _save(path, text)
     if done is None:
         from vllm_doctor.render.summary import headline
 

@@ -1,6 +1,6 @@
 """The capture file: both streams' output in arrival order, whole lines, written as each chunk
-arrives (so that server.log exists even when vllm-doctor itself dies), which the explain
-pipeline reads when the server ends badly.
+arrives, which the explain pipeline reads when the server ends badly. It is raw (unredacted):
+a wrapper killed before the report leaves none behind (the guardian deletes a temporary one).
 
 A chunk is cut after its last newline: the bytes before go to the file at once, the unfinished
 line after waits for the rest of itself, so stdout and stderr never splice mid-line. A line
@@ -9,6 +9,7 @@ longer than HELD is written as it is rather than held longer: memory stays bound
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Callable
@@ -48,6 +49,20 @@ def may_fail(path: Path, rules: list) -> bool:
     return holds_any([str(path)], sorted(anchors))
 
 
+def open_nofollow(path: Path | str) -> int:
+    """A file opened for writing (created 0600 or truncated), never through a symlink at its
+    name: one planted there would aim our write at another file (O_NOFOLLOW; ELOOP then)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    return os.open(path, flags, 0o600)
+
+
+def why(e: OSError) -> str:
+    """The reason of a failed open_nofollow, as a person would say it."""
+    if e.errno == errno.ELOOP:
+        return "a symbolic link, not followed"
+    return str(e.strerror or e)
+
+
 class Capture:
     def __init__(self, note: Callable[[str], None], errors: list[str]):
         self.note = note  # one line for the operator
@@ -61,12 +76,12 @@ class Capture:
     def open(self, log_file: Path | None) -> None:
         if log_file is not None:
             try:
-                self._fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                self._fd = open_nofollow(log_file)
                 self.path = Path(log_file)
                 self.temporary = False
                 return
             except OSError as e:
-                self.note(f"{TAG} note: cannot write {log_file} ({e.strerror or e}); capturing to a temporary file")
+                self.note(f"{TAG} note: cannot write {log_file} ({why(e)}); capturing to a temporary file")
         try:
             fd, name = tempfile.mkstemp(prefix="vllm-doctor-serve-", suffix=".log")
             self.path, self._fd = Path(name), fd

@@ -6,7 +6,8 @@ A descendant can leave the group (setsid(), setpgid()); a forwarded signal reach
 subreaper (PR_SET_CHILD_SUBREAPER), so such a process, once its parent is gone, becomes the
 wrapper's child instead of init's, and `family` finds it by walking parent links down from
 the wrapper. The child gets PR_SET_PDEATHSIG: if the wrapper is killed (SIGKILL, the OOM
-killer), vLLM receives SIGTERM and shuts its engine down as on a Ctrl-C.
+killer), vLLM receives SIGTERM and shuts its engine down as on a Ctrl-C; one that ignores it
+(hung in its shutdown) and the rest of the group are ended by the guardian (guardian.py).
 """
 
 from __future__ import annotations

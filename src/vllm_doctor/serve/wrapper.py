@@ -13,6 +13,7 @@ from typing import Any
 
 from vllm_doctor.serve import process
 from vllm_doctor.serve.capture import Capture
+from vllm_doctor.serve.guardian import Guardian
 from vllm_doctor.serve.markers import Markers
 from vllm_doctor.serve.options import TAG, Outcome, Run, ServeOptions, exit_status, signal_name
 from vllm_doctor.serve.passthrough import Output, Pump, plain_copy
@@ -21,6 +22,7 @@ from vllm_doctor.serve.watch import Watcher
 
 POLL = 0.1  # seconds between looks at the child when no output arrives
 DRAIN = 2.0  # seconds to read what is left in the pipes once every writer is gone
+WATCH_WAIT = 120.0  # seconds: only a safety net against a stuck watch; it ends once its queue is read
 SWITCH_INTERVAL = 0.0005  # seconds: the watch thread gives the GIL back to the pump this soon
 
 
@@ -34,6 +36,7 @@ class Wrapper:
         self.signals = Forwarder(self.outcome, self.note, opts.grace)
         self.markers: dict[int, Markers] = {}  # per pipe
         self.watcher: Watcher | None = None
+        self.guardian: Guardian | None = None  # ends vLLM and deletes the capture if we are killed
         self.gpu: dict[str, Any] | None = None
         self.gpu_snapshot: Any = None  # gpu.GpuSnapshot, handed to the diagnosis
         self.argv: list[str] = []
@@ -72,6 +75,9 @@ class Wrapper:
         binary = opts.vllm_bin or shutil.which("vllm") or "vllm"
         self.argv = [binary, "serve", *opts.vllm_args]
         self.capture.open(opts.log_file)
+        self.guardian = Guardian(opts.grace)  # before `ours`: it is not vLLM's to reap
+        if self.capture.temporary and self.capture.path is not None:
+            self.guardian.capture(str(self.capture.path))
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")  # vLLM's prints reach the pipe as they happen
         self.env = env
@@ -80,6 +86,7 @@ class Wrapper:
         self.ours = process.children()
         self.proc = process.start(self.argv, env)
         self.signals.pid = self.proc.pid
+        self.guardian.group(self.proc.pid)
         self.signals.account(self._exited)  # a signal that came while the child was starting
         self.markers = {
             self.proc.stdout.fileno(): Markers(self.outcome),
@@ -141,6 +148,7 @@ class Wrapper:
                 else:
                     time.sleep(timeout)
                 sig.account(self._exited)
+                self._tell_deadline()
                 self._flush_notes()
                 now = time.monotonic()
                 if exited_at is None:
@@ -171,12 +179,23 @@ class Wrapper:
         while self.proc.poll() is None:
             time.sleep(POLL)
             sig.account(self._exited)
+            self._tell_deadline()
             if sig.deadline is not None and time.monotonic() >= sig.deadline:
                 sig.kill(f"the {self.opts.grace:g} s grace period")
                 sig.deadline = None
         self._reap()
         for t in threads:
             t.join(DRAIN)
+
+    def _tell_deadline(self) -> None:
+        if self.guardian is not None:
+            self.guardian.deadline(self.signals.deadline)
+
+    def done(self) -> None:
+        """Our work is over (vLLM reaped, the capture deleted or kept on purpose): the guardian
+        has nothing to do at our exit."""
+        if self.guardian is not None:
+            self.guardian.done()
 
     def _at_exit(self) -> None:
         rc = self.proc.returncode
@@ -209,8 +228,10 @@ class Wrapper:
     def close(self) -> None:
         self._finish_capture()
         if self.watcher is not None:
-            self.watcher.stop()
-            self.watcher.join(2.0)
+            self.watcher.stop()  # closes its queue: the watch reads what is queued, then ends
+            self.watcher.join(WATCH_WAIT)  # that end is the event waited for, however busy the machine
+            if self.watcher.is_alive():  # pragma: no cover - a bug in the watch
+                self.outcome.internal_errors.append("watch: still running at the exit")
         self._flush_notes(force=True)
         self.signals.restore()
         for f in (self.proc.stdout, self.proc.stderr) if self.proc else ():
@@ -230,6 +251,7 @@ def run(opts: ServeOptions) -> Outcome:
     except OSError as e:  # the binary is missing or cannot run: as a shell says it
         w.signals.restore()
         w.discard_capture()
+        w.done()
         w._flush_notes(force=True)
         name = w.argv[0] if w.argv else "vllm"
         if isinstance(e, FileNotFoundError):
@@ -245,6 +267,8 @@ def run(opts: ServeOptions) -> Outcome:
         if w.outcome.returncode is None:
             w._at_exit()
         w.close()
+    if w.guardian is not None:
+        w.guardian.reaped()  # the group is gone: its number is no longer ours to signal
     o = w.outcome
     if w.watcher is not None and w.watcher.failed:
         o.internal_errors.append(f"watch: {w.watcher.failed}")
@@ -253,6 +277,7 @@ def run(opts: ServeOptions) -> Outcome:
     except Exception as e:  # the report is a bonus; the status is the child's regardless
         o.internal_errors.append(f"report: {type(e).__name__}: {e}")
         say(opts, f"vllm-doctor: could not finish the report ({type(e).__name__}: {e}); raw output in {w.capture_path}")
+    w.done()
     from vllm_doctor.serve.termination import tell
 
     tell(opts, o, w.argv)  # Kubernetes' termination message: the cause in `kubectl describe pod`
