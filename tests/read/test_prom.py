@@ -189,3 +189,13 @@ def test_the_api_answer_is_read_as_the_scrape_it_came_from():
     )
     with pytest.raises(prom.PromError, match="no number"):
         prom.replicas([{"metric": {"__name__": "vllm:num_requests_waiting"}, "values": [[1, "lots"]]}])
+
+
+def test_a_url_error_never_repeats_the_urls_secrets():
+    from vllm_doctor.read.httpget import masked, secrets_of
+
+    url = "http://ops:pa%2055w0rd@prom:9090/api?query=up&token=tok-123&X-Amz-Signature=abcd&step=60"
+    assert secrets_of(url) == ["pa%2055w0rd", "pa 55w0rd", "tok-123", "abcd"]
+    said = masked(f"{url}: cannot connect (nonnumeric port: 'pa%2055w0rd@prom:9090')", url)
+    assert "pa%2055w0rd" not in said and "tok-123" not in said and "abcd" not in said
+    assert "query=up" in said and "step=60" in said and said.count("[REDACTED]") == 4

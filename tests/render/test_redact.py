@@ -3,6 +3,7 @@ report.json, server.log, env.txt and `explain --format markdown|json`; line numb
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -332,3 +333,119 @@ def test_every_format_a_person_reads_is_redacted(tmp_path):
 
 def test_a_masked_value_keeps_the_backtick_that_closes_its_code_span():
     assert Redactor().text("run `vllm serve /m --api-key abc` again") == f"run `vllm serve /m --api-key {MASK}` again"
+
+
+# --------------------------------------------------------------------------------------------
+# issue 25, class 3: what hid a secret from the forms, and the forms that were missing
+# --------------------------------------------------------------------------------------------
+HIDERS = {
+    "charset ESC(B": "\x1b(B",
+    "colon SGR 256": "\x1b[38:5:196m",
+    "colon SGR rgb": "\x1b[38:2::255:0:0m",
+    "8-bit CSI": "\x9b31m",
+    "ZWSP": "\u200b",
+    "ZWNJ": "\u200c",
+    "ZWJ": "\u200d",
+    "word joiner": "\u2060",
+    "BOM": "\ufeff",
+}
+
+
+@pytest.mark.parametrize("hider", HIDERS.values(), ids=HIDERS.keys())
+@pytest.mark.parametrize("cut", [1, 2, 10])
+def test_a_token_split_by_an_escape_or_an_invisible_character(hider, cut):
+    line = f"INFO token {HF[:cut]}{hider}{HF[cut:]} loaded"
+    for out in (redact(line), Redactor([ENV_SECRET]).line(line)):
+        assert HF[cut:] not in out and MASK in out and out.endswith(" loaded"), out
+    # in a copied log too (a lone 0x9b byte, not UTF-8, is an 8-bit CSI as well)
+    raw = line.encode("utf-8").replace("\x9b".encode(), b"\x9b") + b"\n"
+    assert HF[cut:].encode() not in Redactor().bytes_line(raw)
+    assert Redactor().bytes_line(raw).endswith(b" loaded\n")
+
+
+@pytest.mark.parametrize(
+    ("line", "secret"),
+    [
+        ("GET /v1/x?Authorization=Bearer%20eyJhbGciOiJIUzI1NiJ9.c2VjcmV0.sig HTTP/1.1", "eyJhbGciOiJIUzI1NiJ9"),
+        ("headers: Authorization%3A%20Basic%20dXNlcjpodW50ZXIy", "dXNlcjpodW50ZXIy"),
+        ('{"msg": "request {\\"model\\": \\"m\\", \\"password\\": \\"hunter2-inner\\"}"}', "hunter2-inner"),
+        ('{"msg": "{\\"api_key\\": \\"sk-inner-json-value\\"}"}', "sk-inner-json-value"),
+        ("PGPASSWORD=pg-secret-value psql -h db", "pg-secret-value"),
+        ("env: MYSQL_PWD=my-secret-value mysql -u root", "my-secret-value"),
+        ("export VLLM_DB_PASS=db-pass-value-0", "db-pass-value-0"),
+        ("remote: ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 rejected", "ghp_AbCdEfGhIjKlMnOp"),
+        ("gho_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "gho_AbCdEfGhIjKlMnOp"),
+        ("token ghs_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789.", "ghs_AbCdEfGhIjKlMnOp"),
+        ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz0123456789", "github_pat_11ABCDEFG"),
+        ("hf_token: hf-yaml-unquoted-value", "hf-yaml-unquoted-value"),
+        ("  api_token: yaml-api-token-value", "yaml-api-token-value"),
+        ("non-default args: {'api_key': b'bytes-secret-value-1', 'port': 8000}", "bytes-secret-value-1"),
+        ('Namespace(api_key=b"bytes-secret-value-2", port=8000)', "bytes-secret-value-2"),
+        ("GET https://bucket.s3/x?X-Amz-Credential=AKID&X-Amz-Signature=9f8e7d6c5b4a3f2e", "9f8e7d6c5b4a3f2e"),
+        ("loading with token hf_AbCdEfGhIj", "hf_AbCdEfGhIj"),  # the first piece of a wrapped token
+    ],
+)
+def test_issue_25_forms(line, secret):
+    out = redact(line)
+    assert secret not in out and MASK in out, out
+    assert out.count("\n") == 0
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "INFO 12-03 non-default args: {'hf_overrides': {}, 'tokenizer': 'hf_config'}",
+        "special tokens: eos_token: </s>, bos_token: <s>",
+        "VLLM_MAX_TOKENS_PER_EXPERT=64 OLDPWD=/home/u PWD=/srv",
+        "loading hf_overrides",
+        "Avg prompt throughput: 657.3 tokens/s, Avg generation throughput: 12.0 tokens/s",
+    ],
+)
+def test_issue_25_ordinary_lines_stay(line):
+    assert redact(line) == line
+
+
+def test_a_token_cut_by_a_terminal_wrap():
+    """A hard-wrap at the terminal's width cuts a token: both pieces masked, in a copied log,
+    in text and in evidence rows (the lines next to each other); a short line ends itself."""
+    head = "(APIServer pid=1) INFO 12-03 10:00:00 [hub.py:12] fetching with "
+    for cut in (4, 12, 30):
+        text = f"{head}{HF[:cut]}\n{HF[cut:]} (continued)\nnext line"
+        out = redact(text)
+        assert out == f"{head}{MASK}\n{MASK} (continued)\nnext line", cut
+        copied = io.BytesIO()
+        Redactor().copy(io.BytesIO(text.encode()), copied)
+        assert copied.getvalue().decode() == out
+        rows = [{"line": 7, "text": f"{head}{HF[:cut]}"}, {"line": 8, "text": f"{HF[cut:]} (continued)"}]
+        masked = Redactor().obj({"evidence": rows})["evidence"]
+        assert [r["text"] for r in masked] == [f"{head}{MASK}", f"{MASK} (continued)"]
+        assert [r["line"] for r in masked] == [7, 8]
+    # a whole token ending a line: the next line is its own
+    assert redact(f"{head}{HF}\nnext line") == f"{head}{MASK}\nnext line"
+    assert redact(f"--api-key {SK}\nplain") == f"--api-key {MASK}\nplain"
+
+
+def test_a_wrapped_token_in_a_report_evidence():
+    from vllm_doctor.data import Diagnosis, Evidence, Report
+    from vllm_doctor.render.redact import report as masked
+
+    head = "OSError: 401 Client Error for url https://huggingface.co/api/models/org/m with token "
+    d = Diagnosis(rule="r", category="c", severity="blocker", confidence="high", title="t", summary="s",
+                  explanation="", evidence=[Evidence(3, head + HF[:20]), Evidence(4, HF[20:] + " rest")],
+                  numbers={}, fixes=[])  # fmt: skip
+    out = masked(Report(paths=["x"], lines=4, status="failed", diagnoses=[d], facts={}))
+    assert [e.text for e in out.diagnoses[0].evidence] == [head + MASK, f"{MASK} rest"]
+
+
+def test_variables_that_hide_a_secret_by_name_or_by_value():
+    for name in ("VLLM_DB_PASS", "HF_HUB_AUTH", "HF_TOKEN_B64", "MYSQL_PWD", "PGPASSWORD", "X_CREDENTIALS_JSON",
+                 "MY_TOKEN_FILE", "VLLM_SECRET_X", "A_PASSWORD_B", "hf_token"):  # fmt: skip
+        assert is_secret_name(name), name
+    for name in ("VLLM_PORT", "HF_HOME", "VLLM_MAX_TOKENS", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES"):
+        assert not is_secret_name(name), name
+    from vllm_doctor.render.redact import is_secret
+
+    assert is_secret("VLLM_ANYTHING", HF) and is_secret("VLLM_MIRROR", "https://u:pa55word@mirror/x")
+    assert not is_secret("VLLM_PORT", "8000")
+    env = {"VLLM_DB_PASS": "db-pass-value-0", "VLLM_EXTRA": SK, "HF_HUB_AUTH": "enabled", "VLLM_PORT": "8000"}
+    assert set(secret_values(env)) == {"db-pass-value-0", SK}  # "enabled" would mask ordinary words

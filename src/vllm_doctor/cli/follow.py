@@ -28,6 +28,7 @@ from dataclasses import replace
 
 from vllm_doctor.data import Report, Rule
 from vllm_doctor.knowledge.checks import Options
+from vllm_doctor.render.redact import redact
 
 INTERVAL = 1.0  # seconds between diagnoses of the stream so far, at the least
 # each look diagnoses the whole capture, so a long stream's looks grow: the next waits BACKOFF
@@ -138,4 +139,4 @@ def _announce(report: Report, seen: set[tuple[str, int]], say: Callable[[str], N
         seen.add(key)
         where = f"line {key[1]}: " if key[1] else ""
         fix = f" Fix: {d.fixes[0].action}" if d.fixes else ""
-        say(f"vllm-doctor: {where}{d.severity} {d.category}: {d.summary}{fix}")
+        say(redact(f"vllm-doctor: {where}{d.severity} {d.category}: {d.summary}{fix}"))  # as the report masks it

@@ -12,7 +12,11 @@ MODES = ("warn", "strict", "off")
 
 
 def lines(report) -> list[str]:
-    """The headline, then one line per blocker and warning with its first fix."""
+    """The headline, then one line per blocker and warning with its first fix; masked as
+    `check` masks its report (a password in a model URL, a token)."""
+    from vllm_doctor.render.redact import report as masked
+
+    report = masked(report)
     out = [f"{TAG}: {report.facts['preflight']['headline']}"]
     for d in report.diagnoses:
         if d.severity == "info":
@@ -35,7 +39,9 @@ def before_serve(vllm_args: list[str], mode: str, err: IO[str] | None = None) ->
         # the start on the Hub's timeouts): the HF cache only; strict, which may refuse, asks the Hub
         report = preflight(parse(vllm_args), offline=mode != "strict")
     except Exception as e:  # noqa: BLE001 - the server matters more than the preflight
-        print(f"{TAG}: could not run ({type(e).__name__}: {e}); starting anyway", file=err, flush=True)
+        from vllm_doctor.render.redact import redact
+
+        print(redact(f"{TAG}: could not run ({type(e).__name__}: {e}); starting anyway"), file=err, flush=True)
         return None
     said = lines(report)
     for line in said if len(said) > 1 else []:  # quiet when there is nothing to fix

@@ -1,11 +1,38 @@
 """HTTP for a /metrics scrape that a hostile server cannot stretch: a deadline for the whole
 scrape that shuts its sockets (a blocked read returns at once, even while the server drips a
-byte at a time into the headers), and redirects followed only to the same scheme, host and port."""
+byte at a time into the headers), and redirects followed only to the same scheme, host and port.
+Its errors never repeat a URL's password nor a secret query value (`?token=`): `masked`."""
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
+
+MASK = "[REDACTED]"  # render/redact.py's mask (read/ is below render/)
+_SECRET_PARAM = re.compile(r"(?i)token|key|secret|passw|pwd|sig|auth|credential")
+
+
+def secrets_of(url: str) -> list[str]:
+    """A URL's password and the values of its secret-looking query parameters, as written and
+    percent-decoded, longest first (read by hand: urlsplit gives up on a bad port)."""
+    from urllib.parse import unquote
+
+    authority = re.split(r"[/?#]", url.partition("://")[2], maxsplit=1)[0]
+    found = [authority.rpartition("@")[0].partition(":")[2]]
+    for pair in re.split(r"[&;]", url.partition("?")[2].partition("#")[0]):
+        name, _, value = pair.partition("=")
+        if value and _SECRET_PARAM.search(name):
+            found.append(value)
+    found += [unquote(v) for v in found]
+    return sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)  # shorter: no secret, and common
+
+
+def masked(text: str, url: str) -> str:
+    """`text` (an error about `url`) without the URL's secrets, wherever the message repeats them."""
+    for secret in secrets_of(url):
+        text = text.replace(secret, MASK)
+    return text
 
 
 class Deadline:

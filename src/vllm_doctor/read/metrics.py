@@ -28,7 +28,7 @@ from vllm_doctor.errors import DoctorError
 from vllm_doctor.facts import Facts
 from vllm_doctor.read import histogram
 from vllm_doctor.read.histogram import Histogram
-from vllm_doctor.read.httpget import Deadline, opener
+from vllm_doctor.read.httpget import Deadline, masked, opener
 from vllm_doctor.read.window import MIN_SECONDS, window
 
 KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -253,7 +253,15 @@ def is_url(source: str) -> bool:
 
 def fetch(source: str, timeout: float = DEFAULT_TIMEOUT) -> Scrape:
     """One scrape of a URL, or a saved exposition when `source` is a file path; at most
-    MAX_BYTES, and for a URL `timeout` seconds in all."""
+    MAX_BYTES, and for a URL `timeout` seconds in all. An error says a URL without its password
+    or secret query values."""
+    try:
+        return _fetch(source, timeout)
+    except MetricsError as e:
+        raise MetricsError(masked(str(e), source)) from None
+
+
+def _fetch(source: str, timeout: float) -> Scrape:
     if not is_url(source):
         try:
             with open(source, "rb") as f:

@@ -19,7 +19,7 @@ from typing import Any
 
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.read import metrics
-from vllm_doctor.read.httpget import Deadline, opener
+from vllm_doctor.read.httpget import Deadline, masked, opener
 
 REPLICA_LABELS = ("instance", "pod", "model_name")
 MAX_POINTS = 240  # steps per window: the step grows with the window
@@ -181,7 +181,15 @@ def _value(value: Any) -> float:
 
 
 def fetch(url: str, start: float, end: float, selector: str | None = None) -> dict[str, list[metrics.Scrape]]:
-    """The window's scrape series per replica, from Prometheus at `url`."""
+    """The window's scrape series per replica, from Prometheus at `url`; an error says the URL
+    without its password or secret query values."""
+    try:
+        return _fetch(url, start, end, selector)
+    except PromError as e:
+        raise PromError(masked(str(e), url)) from None
+
+
+def _fetch(url: str, start: float, end: float, selector: str | None) -> dict[str, list[metrics.Scrape]]:
     step = max(MIN_STEP, round((end - start) / MAX_POINTS))
     result = query_range(url, promql(parse_selector(selector)), start, end, step)
     found = replicas(result)

@@ -26,6 +26,10 @@ from vllm_doctor.render.summary import (
 
 def render(report: Report, redact: bool = True, flavor: str = "plain") -> str:
     """The ticket text; secrets masked unless redact=False (line for line, so nothing moves)."""
+    if redact:  # the evidence first, each line beside its neighbours (a token a wrap cut); the text below
+        from vllm_doctor.render.redact import report as masked
+
+        report = masked(report)
     out = [f"## vllm-doctor: {headline(report)}", "", f"**Input:** {describe_input(report)}", ""]
     for w in report.warnings:
         out += [f"> Note: {w}", ""]

@@ -1,28 +1,19 @@
 """Take secrets out of what vllm-doctor writes, so a report can be attached to a ticket as it is.
 
 Redaction works line by line and never adds or removes a newline, so evidence keeps its line
-numbers. What counts as a secret is a library of forms (FORMS), each with an example line that
-tests/render/test_redact.py holds it to:
+numbers. What counts as a secret is the library of forms in render/forms.py (FORMS), and
+literal values a caller knows are secret (the wrapper passes those of its environment and its
+command line), wherever they appear, and their pieces when a line break split one (the end of
+one line and the start of the next; a piece of 6 characters or more also on its own). A token
+form a terminal's hard-wrap cut goes on being masked on the next line (its first piece is a
+form of its own).
 
-* tokens that look like one wherever they are: Hugging Face (`hf_…`), AWS key ids (`AKIA…`),
-  OpenAI-style keys (`sk-…`), `Bearer …` and `Authorization: <scheme> …`;
-* the password of a URL (`https://user:pass@host`);
-* the value after a secret-looking command-line flag (`--api-key`, `--hf-token`, any
-  `--…-key/-token/-secret/-password`), bare or quoted (`--api-key "a b"` loses both words);
-* the value of a secret-looking entry in a printed argument dump, dict form
-  (`'api_key': 'sk-…'`, also lists) and Namespace form (`api_key='sk-…'`, `hf_token=…`);
-* the value of HF_TOKEN, OPENAI_API_KEY, VLLM_API_KEY and any *_TOKEN, *_KEY, *_SECRET or
-  *_PASSWORD variable, in `NAME=value` and `NAME: value` form;
-* headers and assignments of a password, secret or API key, with or without spaces and quotes
-  (`password: x`, `x-api-key: x`, `aws_secret_access_key = x`, `"client_secret" = "x"`);
-* literal values a caller knows are secret (the wrapper passes those of its environment and
-  its command line), wherever they appear, and their pieces when a line break split one (the
-  end of one line and the start of the next; a piece of 6 characters or more also on its own).
-
-A line with colour codes is also read without them, so a token glued to one (`\\x1b[32mhf_…`) is
-found; such a line loses its colour codes when something on it is masked. `copy` streams a log
-in bounded windows (WINDOW): memory does not grow with the longest line, and a window is only
-cut where cutting changes nothing of what is masked.
+A line with colour codes (any CSI, colon SGR `\\x1b[38:5:196m` too, 8-bit CSI U+009B, OSC,
+charset designations `\\x1b(B`) or zero-width characters (U+200B-U+200D, U+2060, U+FEFF) is
+also read without them, so a token glued to or split by one is found; such a line loses them
+when something on it is masked. `copy` streams a log in bounded windows (WINDOW): memory does
+not grow with the longest line, and a window is only cut where cutting changes nothing of what
+is masked.
 """
 
 from __future__ import annotations
@@ -31,183 +22,57 @@ import dataclasses
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-MASK = "[REDACTED]"
+from vllm_doctor.data import Evidence
+from vllm_doctor.render.forms import _NAME, _QUICK, CUT_END, CUT_TAIL, FORMS, FULL, MASK, Form
+
+__all__ = ["FORMS", "MASK", "Form", "Redactor", "flag_values", "is_secret", "is_secret_name", "redact", "report"]
+
+WRAPPED = 40  # a terminal hard-wraps a line at its width, 40 columns or more: a shorter line ended itself
 _MIN_LITERAL = 6  # shorter known values ("1", "true") would mask ordinary text
 WINDOW = 1 << 20  # characters of one line redacted at a time (copy)
 OVERLAP = 64 << 10  # a window's tail kept for the next one: no form is longer than this
-
-# a secret-looking name: api_key, hf_token, MY_SECRET, DB_PASSWORD, ... (not max_num_batched_tokens)
-_NAME = r"(?:[A-Za-z0-9]+[_-])*(?:api[_-]?key|key|token|secret|password|passwd|access[_-]?token)"
-# names that are a secret even in prose-like "name = value" / "name: value" (not token, key)
-_STRONG = (
-    r"(?:[A-Za-z0-9]+[_-])*(?:api[_-]?key|secret(?:[_-]access)?[_-]?key|access[_-]?key|private[_-]?key|secret"
-    r"|password|passwd|auth[_-]?token|access[_-]?token|session[_-]?token)"
+# what hides a token from the forms: escape sequences (CSI with colons, 8-bit CSI decoded or as a
+# lone byte, OSC, charset designation and other two-byte escapes) and zero-width characters
+_HIDING = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|[\x9b\udc9b][0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
+    r"|\x1b[ -/]*[0-~]|[\u200b-\u200d\u2060\ufeff]"
 )
-_ENV_NAME = re.compile(r"(?:HF_TOKEN|OPENAI_API_KEY|VLLM_API_KEY|[A-Z][A-Z0-9_]*_(?:TOKEN|KEY|SECRET|PASSWORD))\Z")
-_VALUE_END = r"""[^\s,;'"`})\]]"""  # a bare value runs until whitespace or punctuation that closes it
-_NOT_DONE = r"(?!\[?['\"]?\[REDACTED\])"  # a value masked already (a known literal went first)
-_VAR_REF = re.compile(r"""(['"]?)\$\{?[A-Za-z_][A-Za-z0-9_]*\}?\1\Z""")  # the corrected command's secrets
-_QUOTED = r"'[^'\n]*'|\"[^\"\n]*\""
-_NO_EMPTY = r"(?!None\b|null\b|True\b|False\b)"
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
-# a line without any of these (lower-cased) holds no form: most lines of a log are skipped by
-# a few substring searches, several times faster than one case-insensitive regex alternation;
-# the others run only the forms whose words they hold (Form.need)
-_QUICK = ("hf_", "key", "token", "secret", "passw", "bearer", "authoriz", "://", "akia", "asia", "sk-")
+_INVISIBLE = re.compile(r"[\x9b\udc9b\u200b-\u200d\u2060\ufeff]")  # looked for only in a non-ASCII line
+# any variable name holding one of these words is a secret (not TOKENS, a count, nor TOKENIZER)
+_ENV_NAME = re.compile(
+    r"(?:HF_TOKEN|OPENAI_API_KEY|VLLM_API_KEY|PGPASSWORD|MYSQL_PWD|[A-Z][A-Z0-9_]*_(?:KEY|PASS|PWD|AUTH)"
+    r"|[A-Z0-9_]*(?:TOKEN(?!IZ|S)|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Z0-9_]*)\Z"
+)
+_PLAIN_VALUE = re.compile(r"(?i)[0-9.]*|true|false|yes|no|on|off|none|null|auto|enabled|disabled")
 _AFTER = frozenset(" \t\r\n'\"`|,;)]}>")  # what may follow a piece of a known value
 _BEFORE = frozenset(" \t\r\n'\"`|,;([{<=:")  # what may come before one
-
-
-def _masked(m: re.Match[str]) -> str:
-    """The name part kept, the value masked in the value's own quoting."""
-    value = m.group(m.lastindex or 0)
-    head = m.group(1)
-    if MASK in value or _VAR_REF.match(value):  # masked already, or a reference ("$VLLM_API_KEY"), no secret
-        return m.group(0)
-    if value[:1] in ("'", '"'):
-        return f"{head}{value[0]}{MASK}{value[0]}"
-    if value[:1] == "[":
-        return f"{head}['{MASK}']"
-    return head + MASK
-
-
-@dataclass(frozen=True)
-class Form:
-    """One shape a secret takes: its pattern, what replaces it, and a line that shows it."""
-
-    name: str
-    pattern: re.Pattern[str]
-    repl: Any
-    example: str  # a line holding the form (tests/render/test_redact.py)
-    secret: str  # the part of the example that must not survive
-    need: tuple[tuple[str, ...], ...]  # the lower-cased line holds one of each group, or no match
-
-    def applies(self, low: str) -> bool:
-        return all(any(q in low for q in group) for group in self.need)
-
-
-_NAMES = ("key", "token", "secret", "passw")
-_NEED = {
-    "bearer": (("bearer",),),
-    "authorization": (("authoriz",),),
-    "url-credentials": (("://",), ("@",)),
-    "flag": (("--",), _NAMES),
-    "dict-entry": (("'", '"'), _NAMES),
-    "assignment": (("=",), _NAMES),
-    "env-colon": ((":",), ("_token", "_key", "_secret", "_password")),
-    "secret-header": (("=", ":"), _NAMES),
-    "aws-key-id": (("akia", "asia"),),
-    "openai-key": (("sk-",),),
-    "hf-token": (("hf_",),),
-}
-
-
-def _form(name: str, pattern: str, repl: Any, example: str, secret: str) -> Form:
-    return Form(name, re.compile(pattern), repl, example, secret, _NEED[name])
-
-
-FORMS: list[Form] = [
-    _form(
-        "bearer",
-        r"(?i)(\bBearer\s+)[A-Za-z0-9._~+/=\-]{4,}",
-        r"\1" + MASK,
-        "curl -H 'Authorization: Bearer eyJhbGciOi.c2VjcmV0.sig' http://x/v1",
-        "eyJhbGciOi.c2VjcmV0.sig",
-    ),
-    _form(
-        "authorization",
-        r"(?i)(\bauthorization[\"']?\s*[:=]\s*[\"']?(?!Bearer\b)[A-Za-z]+\s+)" + _NOT_DONE + r"[A-Za-z0-9._~+/=\-]{4,}",
-        r"\1" + MASK,
-        "Authorization: Basic dXNlcjpodW50ZXIy",
-        "dXNlcjpodW50ZXIy",
-    ),
-    _form(
-        "url-credentials",
-        r"(?i)(\b[a-z][a-z0-9+.\-]{0,20}://[^\s:/@'\"]{0,256}:)" + _NOT_DONE + r"([^\s@/'\"]{1,1024})(?=@)",
-        r"\1" + MASK,
-        "Downloading from https://user:hunter2pass@mirror.internal/models",
-        "hunter2pass",
-    ),
-    _form(
-        "flag",
-        r"(?i)(--" + _NAME + r"(?:=|\s+))(?!--)" + _NOT_DONE + r"(" + _QUOTED + "|" + _VALUE_END + r"+)",
-        _masked,
-        'vllm serve /m --api-key "two words" --port 8000',
-        "two words",
-    ),
-    _form(
-        "dict-entry",
-        r"(?i)((['\"])" + _NAME + r"\2\s*:\s*)" + _NO_EMPTY + _NOT_DONE + r"(\[[^\]\n]*\]|" + _QUOTED + "|"
-        r"" + _VALUE_END + r"+)",
-        _masked,
-        "non-default args: {'model': '/m', 'api_key': ['sk-one', 'sk-two-value']}",
-        "sk-two-value",
-    ),
-    _form(
-        # Namespace form / env assignments: api_key='v', hf_token=['a'], HF_TOKEN=v (no spaces
-        # around '=': prose such as "per token = 7,936" is not an assignment)
-        "assignment",
-        r"(?i)(?<![\w-])(" + _NAME + r"=)" + _NO_EMPTY + _NOT_DONE + r"(\[[^\]\n]*\]|" + _QUOTED + "|"
-        r"" + _VALUE_END + r"+)",
-        _masked,
-        "args: Namespace(model='/m', api_key='sk-namespace-value', port=8000)",
-        "sk-namespace-value",
-    ),
-    _form(
-        # env in "NAME: value" form (docker compose, k8s env dumps): upper-case names only
-        "env-colon",
-        r"(?<![\w-])((?:HF_TOKEN|OPENAI_API_KEY|VLLM_API_KEY|[A-Z][A-Z0-9_]*_(?:TOKEN|KEY|SECRET|PASSWORD))"
-        r"[\"']?\s*:\s*)(?!None\b|null\b)" + _NOT_DONE + r"(" + _QUOTED + "|" + _VALUE_END + r"+)",
-        _masked,
-        "  GITHUB_TOKEN: ghp-env-colon-value",
-        "ghp-env-colon-value",
-    ),
-    _form(
-        # password / secret / API key headers and assignments, spaces and quotes allowed
-        "secret-header",
-        r"(?i)(?<![\w-])([\"']?" + _STRONG + r"[\"']?\s*[:=]\s*)" + _NO_EMPTY + _NOT_DONE + r"(" + _QUOTED + "|"
-        r"" + _VALUE_END + r"+)",
-        _masked,
-        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG; x-api-key: abc123xyz; password: 'pa ss'",
-        "wJalrXUtnFEMI/K7MDENG",
-    ),
-    _form(
-        "aws-key-id",
-        r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-        MASK,
-        "Found credentials AKIAIOSFODNN7EXAMPLE in shared file",
-        "AKIAIOSFODNN7EXAMPLE",
-    ),
-    _form(
-        "openai-key",
-        r"\bsk-(?:proj-|live-|test-)?[A-Za-z0-9_\-]{20,}",
-        MASK,
-        "OpenAI error for key sk-proj-AbCdEfGhIjKlMnOpQrStUv",
-        "sk-proj-AbCdEfGhIjKlMnOpQrStUv",
-    ),
-    _form(
-        "hf-token",
-        r"\bhf_[A-Za-z0-9]{20,}",
-        MASK,
-        "401 Client Error with hf_AbCdEfGhIjKlMnOpQrStUvWxYz01",
-        "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01",
-    ),
-]
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.~+/=%")  # a token's characters
+_CONTINUED = re.compile(r"[A-Za-z0-9_\-.~+/=%]+")  # the rest of a cut token, at the next line's start
 _FLAG = re.compile(r"(?i)--" + _NAME)
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether an environment variable's value is a secret."""
-    return bool(_ENV_NAME.match(name))
+    """Whether an environment variable's value is a secret, by its name."""
+    return bool(_ENV_NAME.match(name.upper()))
+
+
+def is_secret(name: str, value: str) -> bool:
+    """Whether a variable's value is a secret: by its name, or by its value's shape (a token,
+    a URL with a password: what a form masks), whatever the name."""
+    return is_secret_name(name) or _patterns(value) != value
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The values of the secret-named variables of an environment (os.environ by default)."""
+    """The values of the secret variables of an environment (os.environ by default), but for
+    plain ones ("true", "8000") that would mask ordinary text."""
     env = os.environ if environ is None else environ
-    return sorted({v for k, v in env.items() if is_secret_name(k) and len(v) >= _MIN_LITERAL}, key=len, reverse=True)
+    return sorted(
+        {v for k, v in env.items() if len(v) >= _MIN_LITERAL and not _PLAIN_VALUE.fullmatch(v) and is_secret(k, v)},
+        key=len,
+        reverse=True,
+    )
 
 
 def flag_values(args: Iterable[str]) -> list[str]:
@@ -222,9 +87,14 @@ def flag_values(args: Iterable[str]) -> list[str]:
     return [v for v in out if len(v) >= _MIN_LITERAL]
 
 
+# the prefilter as one expression, `"hf_" in s or "key" in s or ...`: as many words cost no more
+# generator steps per line (most lines hold none of them)
+_HAS_QUICK = eval("lambda s: " + " or ".join(f"{w!r} in s" for w in _QUICK))  # our own literal words
+
+
 def _patterns(text: str) -> str:
     low = text.lower()
-    if not any(q in low for q in _QUICK):
+    if not _HAS_QUICK(low):
         return text
     for form in FORMS:
         if form.applies(low):
@@ -265,6 +135,34 @@ def _pieces(text: str, lit: str) -> list[tuple[int, int]]:
     return out
 
 
+_CUT_WORDS = ("hf_", "sk-", "gh", "akia", "asia")
+
+
+def _cut(text: str) -> str:
+    """The line less the start of a token it ends in, the next line going on with the rest."""
+    if not any(q in text[-100:].lower() for q in _CUT_WORDS):
+        return text
+    m = CUT_TAIL.search(text, max(0, len(text) - 200))
+    return text[: m.start()] + MASK if m else text
+
+
+def _continued(text: str, before: str) -> str:
+    """The line less the rest of a token the line before ended in (a hard-wrap cut it there):
+    any token form, but for one that already had its whole length there."""
+    tail = before[-200:]
+    low = tail.lower()
+    if not any(q in low for q in (*_CUT_WORDS, "bearer")):
+        return text
+    m = CUT_END.search(tail)
+    if m is None:
+        return text
+    word = m.group(0).lower()
+    if any(word.startswith(p) and len(word) - len(p) >= n for p, n in FULL.items()):
+        return text
+    rest = _CONTINUED.match(text)
+    return MASK + text[rest.end() :] if rest else text
+
+
 class Redactor:
     """Redacts text line by line; `literals` are known secret values to mask wherever they occur."""
 
@@ -278,13 +176,18 @@ class Redactor:
 
     def line(self, text: str, before: str = "", after: str = "") -> str:
         """One line (or a fragment without newlines); `before` and `after` are the raw lines
-        around it, when known, for a known value split over the line breaks."""
+        around it, when known, for a value split over the line breaks."""
         if self.literals:
             text = self._literals(text, before, after)
         out = _patterns(text)
-        if "\x1b" in out:  # a token glued to a colour code: read the line without them
-            plain = _ANSI.sub("", out)
-            masked = _patterns(plain)
+        if len(before) >= WRAPPED and out and out[0] in _WORD and before[-1] in _WORD:
+            out = _continued(out, before)
+        if after and len(out) >= WRAPPED and out[-1] in _WORD and after[0] in _WORD:
+            out = _cut(out)
+        if "\x1b" in out or (not out.isascii() and _INVISIBLE.search(out)):
+            # a token glued to or split by an escape or a zero-width character: read it without them
+            plain = _HIDING.sub("", out)
+            masked = _patterns(self._literals(plain, before, after) if self.literals else plain)
             if masked != plain:
                 return masked
         return out
@@ -329,14 +232,31 @@ class Redactor:
         )
 
     def obj(self, value: Any) -> Any:
-        """A JSON-like structure with every string redacted (keys too)."""
+        """A JSON-like structure with every string redacted (keys too); evidence rows
+        ({"line", "text"}) each held against the rows of the lines next to it."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
             return {self.text(k) if isinstance(k, str) else k: self.obj(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
+            if value and all(isinstance(v, dict) and isinstance(v.get("text"), str) and "line" in v for v in value):
+                texts = self.rows([(v["line"], v["text"], v.get("source", v.get("path"))) for v in value])
+                return [{self.text(k): t if k == "text" else self.obj(x) for k, x in v.items()}
+                        for v, t in zip(value, texts, strict=True)]  # fmt: skip
             return [self.obj(v) for v in value]
         return value
+
+    def rows(self, rows: list[tuple[Any, str, Any]]) -> list[str]:
+        """Evidence texts (line number, text, source): a line's neighbours in the list are the
+        lines around it, for a value a wrap split."""
+        by = {(src, no): text for no, text, src in rows}
+        out = []
+        for no, text, src in rows:
+            if "\n" in text or not isinstance(no, int):
+                out.append(self.text(text))
+            else:
+                out.append(self.line(text, by.get((src, no - 1), ""), by.get((src, no + 1), "")))
+        return out
 
     def argv(self, args: list[str]) -> list[str]:
         """A command line as a list: the value after a secret flag is its own element."""
@@ -439,6 +359,9 @@ def report(doc: Any, redactor: Redactor | None = None) -> Any:
     red = redactor or _DEFAULT
 
     def walk(value: Any) -> Any:
+        if isinstance(value, list) and value and all(isinstance(v, Evidence) for v in value):
+            texts = red.rows([(e.line, e.text, e.source) for e in value])
+            return [dataclasses.replace(e, text=t) for e, t in zip(value, texts, strict=True)]
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return dataclasses.replace(
                 value, **{f.name: walk(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}

@@ -147,6 +147,13 @@ def write_report(w: Run, report, diag_error: str | None) -> tuple[Path | None, l
         files.remove("server.log")
         o.internal_errors.append(f"server.log: {type(e).__name__}: {e}")
     version = report.facts.get("vllm_version") if report is not None else None
+    if red is not None and report is not None:  # its evidence each line beside its neighbours (a wrap's cut)
+        from vllm_doctor.render.redact import report as masked
+
+        try:
+            report = masked(report, red)
+        except Exception as e:  # pragma: no cover - defensive: each part is still masked as text
+            o.internal_errors.append(f"redaction: {type(e).__name__}: {e}")
     parts = [
         ("env.txt", lambda: env_text(w, version)),
         ("report.json", lambda: json_text(w, report, diag_error, red)),
@@ -308,9 +315,11 @@ def env_text(w: Run, version: str | None) -> str:
     lines += hostenv.lines(host)
     lines += ["", "environment:"]
     env = w.env or os.environ
+    from vllm_doctor.render.redact import MASK, is_secret
+
     for k in sorted(env):
-        if k.startswith(ENV_PREFIXES) or k in ENV_NAMES:
-            lines.append(f"  {k}={env[k]}")
+        if k.startswith(ENV_PREFIXES) or k in ENV_NAMES:  # a secret by its name or its value's shape
+            lines.append(f"  {k}={MASK if w.opts.redact and is_secret(k, env[k]) else env[k]}")
     return "\n".join(lines) + "\n"
 
 
