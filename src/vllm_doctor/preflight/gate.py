@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from typing import IO
 
+from vllm_doctor.render.visible import visible
+
 TAG = "[vllm-doctor] preflight"
 MODES = ("warn", "strict", "off")
 
@@ -35,11 +37,11 @@ def before_serve(vllm_args: list[str], mode: str, err: IO[str] | None = None) ->
         # the start on the Hub's timeouts): the HF cache only; strict, which may refuse, asks the Hub
         report = preflight(parse(vllm_args), offline=mode != "strict")
     except Exception as e:  # noqa: BLE001 - the server matters more than the preflight
-        print(f"{TAG}: could not run ({type(e).__name__}: {e}); starting anyway", file=err, flush=True)
+        print(visible(f"{TAG}: could not run ({type(e).__name__}: {e}); starting anyway"), file=err, flush=True)
         return None
     said = lines(report)
     for line in said if len(said) > 1 else []:  # quiet when there is nothing to fix
-        print(line, file=err, flush=True)
+        print(visible(line), file=err, flush=True)  # the model path and arguments: escapes, not commands
     if mode == "strict" and report.status == "failed":
         print(f"{TAG}: --preflight strict: not starting vLLM (fix the blocker, or --preflight warn)", file=err,
               flush=True)  # fmt: skip
