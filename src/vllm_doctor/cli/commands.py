@@ -48,6 +48,7 @@ from vllm_doctor.cli.options import (
     fail,
     lifetime_index,
     load_rules,
+    say,
     show_version,
     target,
     verbosity,
@@ -171,7 +172,7 @@ def _follow(source: str, rules, options, fmt: str):
 
     stream, owned = open_input(source)
     try:
-        return follow(stream.fileno(), rules, options, lambda line: typer.echo(line, err=fmt != "text"), source)
+        return follow(stream.fileno(), rules, options, lambda line: say(line, err=fmt != "text"), source)
     finally:
         if owned:
             stream.close()
@@ -188,7 +189,7 @@ def rules_list(
     for r in sorted(load_rules(rules_dirs), key=lambda r: (r.kind, r.category or "", r.id)):
         label = "fact" if r.kind == "fact" else f"{r.category}/{r.severity}"
         label += " (check)" if r.kind == "preflight" else ""  # a finding of `vllm-doctor check`
-        typer.echo(f"{r.id:48} {label:38} {r.title}")
+        say(f"{r.id:48} {label:38} {r.title}", err=False)
 
 
 def _rule_names(incomplete: str) -> list[str]:
@@ -208,7 +209,7 @@ def rules_show(
     from vllm_doctor.knowledge.checks import CHECKS
     from vllm_doctor.matching.ruledoc import show
 
-    typer.echo(show(load_rules(rules_dirs), rule_id, CHECKS))
+    say(show(load_rules(rules_dirs), rule_id, CHECKS), err=False)
 
 
 @rules_app.command("check", cls=Command)
@@ -219,7 +220,7 @@ def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of r
 
     problems, count = check_dir(directory, CHECKS)
     for p in problems:
-        typer.echo(p, err=True)
+        say(p)
     if problems:
         raise typer.Exit(2)
     typer.echo(f"{count} rule file(s) OK")
@@ -268,9 +269,9 @@ def watch(
             except MetricsError as e:
                 if not scrapes:
                     fail(str(e))
-                typer.echo(f"vllm-doctor: {e}", err=True)
+                say(f"vllm-doctor: {e}")
                 break
-            typer.echo(describe(scrapes[-1], len(scrapes), scrapes[-2] if len(scrapes) > 1 else None), err=True)
+            say(describe(scrapes[-1], len(scrapes), scrapes[-2] if len(scrapes) > 1 else None))
     except KeyboardInterrupt:
         if not scrapes:
             raise typer.Exit(130) from None
@@ -368,7 +369,7 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         code = 130
     except DoctorError as e:  # a bad VLLM_DOCTOR_* variable or config file
-        typer.echo(f"vllm-doctor: {e}", err=True)
+        say(f"vllm-doctor: {e}")
         code = 2
     except SystemExit as e:  # click met a closed stdout itself (the top --help) and exits 1: SIGPIPE's 141
         code = 141 if type(sys.stdout).__name__ == "PacifyFlushWrapper" else e.code
@@ -395,11 +396,9 @@ def _one_line_error(e: Exception) -> int:
         typer.echo(e.format_message())  # type: ignore[attr-defined]
         return 0
     if getattr(e, "exit_code", None) == 2 and hasattr(e, "format_message"):
-        typer.echo(f"vllm-doctor: {e.format_message()} (see --help)", err=True)
+        say(f"vllm-doctor: {e.format_message()} (see --help)")
         return 2
     if os.environ.get("VLLM_DOCTOR_DEBUG"):
         raise e
-    typer.echo(
-        f"vllm-doctor: internal error: {type(e).__name__}: {e} (set VLLM_DOCTOR_DEBUG=1 for the traceback)", err=True
-    )
+    say(f"vllm-doctor: internal error: {type(e).__name__}: {e} (set VLLM_DOCTOR_DEBUG=1 for the traceback)")
     return 3

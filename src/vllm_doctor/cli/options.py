@@ -264,9 +264,17 @@ def lifetime_index(value: str) -> int | None:
     return None
 
 
+def say(line: str, err: bool = True) -> None:
+    """A line of ours on stderr (or stdout): what it quotes from the input (a log line, a /metrics
+    body, Prometheus' error, an argument) with its control characters as escapes (render/visible.py)."""
+    from vllm_doctor.render.visible import visible
+
+    typer.echo(visible(line), err=err)
+
+
 def fail(message: str) -> None:
     """One clear line on stderr and exit status 2; never a traceback."""
-    typer.echo(f"vllm-doctor: {message}", err=True)
+    say(f"vllm-doctor: {message}")
     raise typer.Exit(2)
 
 
@@ -276,7 +284,7 @@ def load_rules(extra: list[Path], strict: bool = False, kinds: frozenset | None 
     from vllm_doctor.knowledge.rulebook import load
 
     def skip(e: Exception) -> None:
-        typer.echo(f"vllm-doctor: {e} (skipped: the other rules run; --strict-rules refuses)", err=True)
+        say(f"vllm-doctor: {e} (skipped: the other rules run; --strict-rules refuses)")
 
     return load(extra, skip=None if strict else skip, kinds=kinds)
 

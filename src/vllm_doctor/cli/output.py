@@ -62,7 +62,14 @@ def write(text: str, path: Path | None, done: str) -> None:
             quiet_closed_stdout()
         return
     _save(path, text)
-    print(f"vllm-doctor: {done} written to {path}", file=sys.stderr)
+    _note(f"vllm-doctor: {done} written to {path}")
+
+
+def _note(line: str) -> None:
+    """A line on stderr; a path or headline from the input with its control characters as escapes."""
+    from vllm_doctor.render.visible import visible
+
+    print(visible(line), file=sys.stderr)
 
 
 def _save(path: Path, text: str, beside: bool = False) -> None:
@@ -125,6 +132,6 @@ def emit(
         from vllm_doctor.render.summary import headline
 
         done = f"{headline(doc)}; report"
-    print(f"vllm-doctor: {done} written to {path}", file=sys.stderr)
+    _note(f"vllm-doctor: {done} written to {path}")
     if pictures:
-        print(f"vllm-doctor: pictures written to {', '.join(str(p) for p, _ in pictures)}", file=sys.stderr)
+        _note(f"vllm-doctor: pictures written to {', '.join(str(p) for p, _ in pictures)}")

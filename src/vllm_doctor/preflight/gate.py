@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from typing import IO
 
+from vllm_doctor.render.visible import visible
+
 TAG = "[vllm-doctor] preflight"
 MODES = ("warn", "strict", "off")
 
@@ -41,11 +43,11 @@ def before_serve(vllm_args: list[str], mode: str, err: IO[str] | None = None) ->
     except Exception as e:  # noqa: BLE001 - the server matters more than the preflight
         from vllm_doctor.render.redact import redact
 
-        print(redact(f"{TAG}: could not run ({type(e).__name__}: {e}); starting anyway"), file=err, flush=True)
+        print(visible(redact(f"{TAG}: could not run ({type(e).__name__}: {e}); starting anyway")), file=err, flush=True)
         return None
     said = lines(report)
     for line in said if len(said) > 1 else []:  # quiet when there is nothing to fix
-        print(line, file=err, flush=True)
+        print(visible(line), file=err, flush=True)  # the model path and arguments: escapes, not commands
     if mode == "strict" and report.status == "failed":
         print(f"{TAG}: --preflight strict: not starting vLLM (fix the blocker, or --preflight warn)", file=err,
               flush=True)  # fmt: skip

@@ -4,9 +4,10 @@ used by every command (explain, watch, explain --metrics, plan, serve's incident
 text (rich), markdown (the ticket), json (the contract vllm-doctor/report/1), html (the ticket
 with its pictures: html.py, svg.py; bars.py holds the pictures' numbers and the terminal's bar
 and sparklines); plan.py renders a Plan in the first three (plan/1); the lines reports share are
-in summary.py, secret masking in redact.py. May import data, errors,
+in summary.py, secret masking in redact.py, the escapes that keep the input's control
+characters and Markdown from acting (visible.py). May import data, errors,
 matching.expr (number formatting) and capacity (for plans); nothing imports render but the
-pipeline's callers (cli, serve). A new format is one module with a `render` function and one
+pipeline's callers (cli, serve; preflight's gate for visible.py). A new format is one module with a `render` function and one
 entry here.
 """
 

@@ -5,7 +5,7 @@ table, the corrected command and the evidence (with line numbers) as code, the p
 wheel) with autoescaping on: every value from the log is text unless it is markupsafe.Markup,
 which only svg.py's pictures are (escaped with the same markupsafe.escape). No script, no font,
 no request: a Content-Security-Policy of default-src 'none' says so to the browser, and the page
-is the same offline.
+is the same offline. Control and bidi characters are shown as escapes (visible.py), after the masking.
 
 Also what serve's incident directory gets beside report.md (attachments): memory.svg, queue.svg
 and report.html, and the Markdown lines that link the SVGs; and the pictures `explain -o
@@ -38,6 +38,7 @@ from vllm_doctor.render.summary import (
     where,
     work_rows,
 )
+from vllm_doctor.render.visible import visible
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -74,7 +75,7 @@ def render(
 
         report = masking.report(report, redactor)
         ended = masking.report(ended, redactor) if ended else ended
-    return _env().get_template("report.html.j2").render(_context(report), ended=ended)
+    return visible(_env().get_template("report.html.j2").render(_context(report), ended=ended))
 
 
 def _context(report: Report) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def _context(report: Report) -> dict[str, Any]:
 
 def document(title: str, text: str) -> str:
     """A page whose content is `text` as written, in a <pre> (a plan's Markdown)."""
-    return _env().get_template("text.html.j2").render(title=title, text=text)
+    return visible(_env().get_template("text.html.j2").render(title=title, text=text))
 
 
 def attachments(
@@ -157,7 +158,9 @@ def beside(report: Report, path: Path, markdown: str, redact: bool = True) -> tu
     for key, _, draw in _CHARTS:
         picture = draw(report)
         if picture is not None:
-            files.append((path.with_name(f"{path.stem}.{key}.svg"), _XML + (masked(picture) if redact else picture)))
+            files.append(
+                (path.with_name(f"{path.stem}.{key}.svg"), _XML + visible(masked(picture) if redact else picture))
+            )
     if not files:
         return markdown, []
     lines = ["### Pictures", "", *(f"![{p.name.split('.')[-2]}]({quote(p.name)})" for p, _ in files), ""]

@@ -91,4 +91,6 @@ def render(report: Report, redact: bool = True) -> str:
         from vllm_doctor.render.redact import Redactor
 
         data = Redactor().obj(data)
-    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+    from vllm_doctor.render.visible import json_visible
+
+    return json_visible(json.dumps(data, indent=2, ensure_ascii=False, default=str)) + "\n"  # no raw C1 or bidi

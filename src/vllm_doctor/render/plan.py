@@ -1,4 +1,6 @@
-"""`vllm-doctor plan` rendered: the Plan that capacity/plan.py computes, as text, Markdown or JSON."""
+"""`vllm-doctor plan` rendered: the Plan that capacity/plan.py computes, as text, Markdown or JSON.
+The model's name and config are input: text and Markdown show their control characters as
+escapes, and Markdown escapes their words (visible.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 from vllm_doctor.capacity import arithmetic as cap
 from vllm_doctor.capacity.arithmetic import fmt_int, fmt_list, fmt_size
 from vllm_doctor.capacity.plan import ModelPlan, Plan
+from vllm_doctor.render.visible import cell, code, fence, md, visible
 
 SCHEMA = "vllm-doctor/plan/1"
 
@@ -107,7 +110,7 @@ def text(plan: Plan) -> str:
     text = "\n".join(out).rstrip() + "\n"
     if plan.snapshot is not None and not plan.snapshot.available:
         text += f"{plan.snapshot.skipped_line}\n"  # why no GPU was asked
-    return text
+    return visible(text)
 
 
 def _model_title(m: ModelPlan) -> str:
@@ -125,12 +128,16 @@ def _model_title(m: ModelPlan) -> str:
 def markdown(plan: Plan) -> str:
     out = [f"## vllm-doctor plan: {'fits' if plan.fits else 'does not fit'}", "", _gpu_line(plan), ""]
     for m in plan.models:
-        out += [f"### {_model_title(m)}", "", "| step | work | value |", "|---|---|---|"]
-        out += [f"| {s.name} | {s.work} | {s.value} |" for s in m.steps]
-        out += ["", f"Valid `--tensor-parallel-size`: {fmt_list(m.valid_tp_sizes)}", ""]
-        out += [f"- **Problem:** {p}" for p in m.problems]
-        out += [f"- Note: {n}" for n in m.notes]
-        out += ["", "```sh", m.serve_command, "```", ""] if m.serve_command else [""]
+        out += [f"### {md(_model_title(m))}", "", "| step | work | value |", "|---|---|---|"]
+        out += [f"| {cell(s.name)} | {cell(s.work)} | {cell(s.value)} |" for s in m.steps]
+        out += ["", f"Valid {code('--tensor-parallel-size')}: {fmt_list(m.valid_tp_sizes)}", ""]
+        out += [f"- **Problem:** {md(p)}" for p in m.problems]
+        out += [f"- Note: {md(n)}" for n in m.notes]
+        if m.serve_command:
+            ticks = fence([m.serve_command])
+            out += ["", f"{ticks}sh", m.serve_command, ticks, ""]
+        else:
+            out.append("")
     if plan.split:
         out += [
             "### Several models on one card",
@@ -139,13 +146,13 @@ def markdown(plan: Plan) -> str:
             "|---|---|---|",
         ]
         out += [
-            f"| {m.name} | {f:.2f} | {fmt_int(m.budget.tokens)} |"
+            f"| {cell(m.name)} | {f:.2f} | {fmt_int(m.budget.tokens)} |"
             for m, f in zip(plan.models, plan.split, strict=False)
         ]
         out.append("")
     if plan.block_examples:
         out += [f"### Blocks (block size {plan.block_size})", "", "| example | work | blocks |", "|---|---|---|"]
-        out += [f"| {s.name} | {s.work} | {s.value} |" for s in plan.block_examples]
+        out += [f"| {cell(s.name)} | {cell(s.work)} | {cell(s.value)} |" for s in plan.block_examples]
         out.append("")
-    out += [f"> Note: {n}" for n in plan.notes]
-    return "\n".join(out).rstrip() + "\n"
+    out += [f"> Note: {md(n)}" for n in plan.notes]
+    return visible("\n".join(out).rstrip() + "\n")

@@ -15,6 +15,8 @@ gets everything.
 
 Uses rich; colour follows NO_COLOR and turns off by itself when stdout is not a terminal.
 Secrets are masked (redact.report) unless redact=False: this text is what gets pasted into chat.
+Control and bidi characters from the input are shown as escapes (visible.py); the only colour
+codes are rich's own.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from vllm_doctor.render.summary import (
     where,
     work_rows,
 )
+from vllm_doctor.render.visible import visible_doc
 
 _STYLE = {"blocker": "bold white on red", "warning": "bold black on yellow", "info": "bold white on blue"}
 _STATUS = {"failed": "bold red", "degraded": "bold yellow", "healthy": "bold green", "unknown": "bold"}
@@ -86,6 +89,7 @@ def show(report: Report, file: IO[str] | None = None, redact: bool = True, verbo
         from vllm_doctor.render.redact import report as masked
 
         report = masked(report)
+    report = visible_doc(report)  # after the masking (it reads colour codes): the screen gets escapes, not commands
     console = Console(file=file, highlight=False, soft_wrap=True, no_color="NO_COLOR" in os.environ, emoji=False)
     drop: tuple[str, ...] = ()
     if verbosity == 0 and _tty(console):  # the answer stays on the screen once the prompt returns

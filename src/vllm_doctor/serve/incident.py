@@ -19,7 +19,9 @@ REPORTS_ROOT = Path("vllm-doctor-reports")
 
 def say(opts: ServeOptions, line: str) -> None:
     try:
-        os.write(opts.stderr_fd, (line + "\n").encode("utf-8", "replace"))
+        from vllm_doctor.render.visible import visible
+
+        os.write(opts.stderr_fd, (visible(line) + "\n").encode("utf-8", "replace"))
     except OSError:
         pass
 
@@ -124,6 +126,7 @@ def write_report(w: Run, report, diag_error: str | None) -> tuple[Path | None, l
     """server.log first (the one thing that must exist), then env.txt, report.json, report.md.
     Returns the directory and the files that could not be written."""
     from vllm_doctor.render.redact import Redactor, flag_values, secret_values
+    from vllm_doctor.render.visible import visible
 
     opts, o = w.opts, w.outcome
     try:
@@ -157,7 +160,7 @@ def write_report(w: Run, report, diag_error: str | None) -> tuple[Path | None, l
     parts = [
         ("env.txt", lambda: env_text(w, version)),
         ("report.json", lambda: json_text(w, report, diag_error, red)),
-        ("report.md", lambda: markdown_text(w, report, diag_error)),
+        ("report.md", lambda: markdown_text(w, report, diag_error, red)),
     ]
     from vllm_doctor.render.html import attachments  # issue 14: memory.svg, queue.svg, report.html
 
@@ -167,6 +170,8 @@ def write_report(w: Run, report, diag_error: str | None) -> tuple[Path | None, l
             text = make()
             if red is not None and name != "report.json":
                 text = red.text(text)
+            if name != "report.json":  # after the masking: a reader gets escapes, not commands
+                text = visible(text)
             with files.open(name) as f:
                 f.write(text.encode("utf-8"))
         except Exception as e:
@@ -210,7 +215,9 @@ def json_text(w: Run, report, diag_error: str | None, red) -> str:
     if red is not None:
         data["serve"]["command"] = red.argv(list(w.argv))
         data = red.obj(data)
-    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+    from vllm_doctor.render.visible import json_visible
+
+    return json_visible(json.dumps(data, indent=2, ensure_ascii=False, default=str)) + "\n"
 
 
 def _undiagnosed(schema: str) -> dict[str, Any]:
@@ -257,31 +264,40 @@ def ended(w: Run) -> dict[str, Any]:
     }
 
 
-def markdown_text(w: Run, report, diag_error: str | None) -> str:
+def markdown_text(w: Run, report, diag_error: str | None, red=None) -> str:
+    """report.md. Words from the log are Markdown-escaped (render/visible.py), so `red` masks them
+    first: an escape inside a secret would hide it from the masking of the whole text after."""
+    from vllm_doctor.render import redact as masking
     from vllm_doctor.render.markdown import render as to_markdown
+    from vllm_doctor.render.visible import code, fence, md
+
+    def mask(text: str) -> str:
+        return red.text(text) if red is not None else text
 
     o = w.outcome
     out = []
     if report is not None:
-        out.append(to_markdown(report, redact=False).rstrip("\n"))
+        out.append(to_markdown(masking.report(report, red) if red else report, redact=False).rstrip("\n"))
     else:
         out += [
             "## vllm-doctor: could not diagnose",
             "",
-            f"The diagnosis failed: `{diag_error}`. The output is in `server.log`.",
+            f"The diagnosis failed: {code(mask(diag_error or ''))}. The output is in `server.log`.",
         ]
     out += ["", "### How the server ended", ""]
-    out += [f"- **{name}:** {text}" for name, text in ended(w)["rows"]]
+    out += [f"- **{name}:** {md(mask(text))}" for name, text in ended(w)["rows"]]  # a fatal line of the log, maybe
     for s in o.survivors:
         out.append(
-            f"- **Outlived vLLM:** pid {s['pid']} `{s['command']}` ({'killed' if s['killed'] else 'could not be killed'})"
+            f"- **Outlived vLLM:** pid {s['pid']} {code(mask(s['command']))} "
+            f"({'killed' if s['killed'] else 'could not be killed'})"
         )
     from vllm_doctor.render.summary import gpu_lines
 
-    out += ["- **GPU at exit:**"] + [f"  - {line}" for line in gpu_lines(w.gpu) or ["not taken"]]
+    out += ["- **GPU at exit:**"] + [f"  - {md(mask(line))}" for line in gpu_lines(w.gpu) or ["not taken"]]
     # a fenced block: an inline `…` loses its closing backtick to a masked value at its end, and
     # renders alike in GitHub, GitLab and Jira
-    out += ["", "**Command**", "", "```sh", shlex.join(w.argv), "```"]
+    command = shlex.join(w.argv)
+    out += ["", "**Command**", "", f"{fence([command])}sh", command, fence([command])]
     out += ["", "Files: `server.log` (the output), `env.txt` (versions, GPU, environment), `report.json`.", ""]
     from vllm_doctor.render.html import links
 

@@ -13,6 +13,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
+from vllm_doctor.render.visible import visible
+
 READ_SIZE = 1 << 20  # bytes asked of a pipe at a time (the pipes are widened to this)
 BURST = 8  # reads of one pipe before the others get a look (while it stays full)
 
@@ -57,7 +59,8 @@ class Output:
             notes = list(self._notes)
             self._notes.clear()
         lead = b"\n" if mid else b""  # only when vLLM has ended mid-line
-        self.write(fd, lead + "".join(n + "\n" for n in notes).encode("utf-8", "replace"))
+        text = visible("".join(n + "\n" for n in notes))  # what a note quotes: escapes, not commands
+        self.write(fd, lead + text.encode("utf-8", "replace"))
 
 
 class Pump:
