@@ -92,6 +92,9 @@ class Rule:
     # from --rules (not built in): its patterns are checked in full on loading, and it has no
     # bulk form. Every pattern compiles in the linear-time subset (RE2, matching/linear.py).
     linear: bool = False
+    replaces: str | None = None  # the id of an earlier rule (built in) it takes the place of, as its file says
+    source: str | None = None  # the --rules directory it came from; None: built in
+    replaced: str | None = None  # the file of the rule it replaced (loader.py), for the report to name
 
 
 EVIDENCE_CHARS = 400  # an evidence line is cut here; the report flags the cut (truncated)
@@ -176,6 +179,7 @@ class Report:
     all_lifetimes: bool = False  # --lifetime all: the renderers show every earlier start's diagnoses too
     corrected: Corrected | None = None  # the serve line with the top fix applied; None: the log has no command
     series: list[dict[str, Any]] = field(default_factory=list)  # stats samples to draw (facts.py: keep_point)
+    settings: list[dict[str, Any]] = field(default_factory=list)  # settings and --rules in force (cli/sources.py)
 
 
 @dataclass

@@ -333,8 +333,9 @@ def test_a_bad_rule_file_is_one_warning_and_the_built_in_rules_still_run(tmp_pat
     log = tmp_path / "x.log"
     log.write_bytes(OOM.read_bytes() + b"it happened 3\n")
     p = doctor("explain", log, "--rules", d, "--no-gpu", "-f", "json")
-    [line] = p.stderr.decode().splitlines()
+    line, named = p.stderr.decode().splitlines()  # the bad file, then the directory that added a rule
     assert line.startswith(f"vllm-doctor: {d / 'broken.toml'}: key 'severity'") and "--strict-rules" in line
+    assert named == f"vllm-doctor: rules from {d} (1 rule)"
     rules = {x["rule"] for x in conforms(p.stdout)["diagnoses"]}
     assert p.returncode == 1 and {"kv-cache-too-small-for-max-len", "my-rule"} <= rules
     strict = doctor("explain", log, "--rules", d, "--no-gpu", "--strict-rules")

@@ -53,6 +53,7 @@ from vllm_doctor.cli.options import (
     target,
     verbosity,
 )
+from vllm_doctor.cli.sources import stamp
 from vllm_doctor.knowledge.rulebook import LOG_KINDS
 
 app = typer.Typer(
@@ -161,7 +162,7 @@ def explain(
         fail("give a log file (- for stdin), --metrics URL or --prometheus URL")
     if level > 0 and paths:  # -v: every evidence line in full, not cut at 400 characters
         report = pipeline.whole_evidence(report)
-    emit(report, fmt, path, redact=not no_redact, verbosity=level, flavor=flavor.value)
+    emit(stamp(report, ctx, rules), fmt, path, redact=not no_redact, verbosity=level, flavor=flavor.value)
     raise typer.Exit(exit_code(report, fail_on))
 
 
@@ -276,7 +277,7 @@ def watch(
         if not scrapes:
             raise typer.Exit(130) from None
     report = pipeline.from_metrics(scrapes, rules)
-    emit(report, fmt, path, redact=not no_redact, verbosity=level, flavor=flavor.value)
+    emit(stamp(report, ctx, rules), fmt, path, redact=not no_redact, verbosity=level, flavor=flavor.value)
     raise typer.Exit(exit_code(report, fail_on))
 
 

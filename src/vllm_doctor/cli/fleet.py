@@ -44,7 +44,8 @@ def from_prometheus(
     from vllm_doctor import pipeline
     from vllm_doctor.read.metrics import to_facts
 
-    series = prom.fetch(url, start, end, selector)
+    cut: list[str] = []  # what of the answer was past its bounds (read/prom.py), said in the report
+    series = prom.fetch(url, start, end, selector, cut)
     facts = {name: to_facts(scrapes) for name, scrapes in series.items()}
     fleet = [replica_numbers(name, scrapes, facts[name].stats) for name, scrapes in series.items()]
     reports = {
@@ -58,7 +59,7 @@ def from_prometheus(
     report = reports[lead]
     report.facts["replicas"] = fleet
     report.facts["prometheus"] = {"url": url, "start": start, "end": end, "selector": selector, "replica": lead}
-    return replace(report, paths=[f"{url} ({lead})"])
+    return replace(report, paths=[f"{url} ({lead})"], warnings=[*report.warnings, *cut])
 
 
 def _numbers(fleet: list[dict[str, Any]], name: str) -> dict[str, Any]:

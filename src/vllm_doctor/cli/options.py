@@ -45,7 +45,11 @@ class Command(TyperCommand):
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         ctx.meta["argv"] = list(args)  # as given: click drops a `--` (serve tells ours from vLLM's by it)
-        return super().parse_args(ctx, args)
+        rest = super().parse_args(ctx, args)
+        from vllm_doctor.cli.sources import announce
+
+        announce(ctx)  # the settings from a file or a variable, named before anything runs
+        return rest
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
@@ -279,14 +283,19 @@ def fail(message: str) -> None:
 
 
 def load_rules(extra: list[Path], strict: bool = False, kinds: frozenset | None = None):
-    """The built-in rules (of `kinds`, else all) and the --rules files; a bad file is one warning and
-    left out (the built-in rules still run), or with --strict-rules the one-line error and exit 2."""
+    """The built-in rules (of `kinds`, else all) and the --rules files; a bad file (an id already taken
+    without `replaces`, too) is one warning and left out (the built-in rules still run), or with
+    --strict-rules the one-line error and exit 2. Each directory that added a rule is named on stderr."""
     from vllm_doctor.knowledge.rulebook import load
 
     def skip(e: Exception) -> None:
         say(f"vllm-doctor: {e} (skipped: the other rules run; --strict-rules refuses)")
 
-    return load(extra, skip=None if strict else skip, kinds=kinds)
+    from vllm_doctor.cli.sources import announce_rules
+
+    rules = load(extra, skip=None if strict else skip, kinds=kinds)
+    announce_rules(rules)  # each --rules directory that added or replaced a rule, on stderr
+    return rules
 
 
 def target(ctx: typer.Context, format: Format | None, output: str | None, color: Color):

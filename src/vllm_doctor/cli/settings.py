@@ -44,6 +44,9 @@ PARAM = {
 }
 
 
+loaded: Path | None = None  # the config file load() read: named on stderr and in the report (sources.py)
+
+
 class SettingsError(DoctorError):
     """A bad value in a VLLM_DOCTOR_* variable or the config file; the message names it."""
 
@@ -104,8 +107,10 @@ def _from_file(path: Path) -> dict[str, Any]:
 
 def load(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:
     """The config file's settings (the variables are read by click, over them: cli/options.py)."""
+    global loaded
     env = os.environ if env is None else env
     path = config_path(env, cwd)
+    loaded = path
     return _from_file(path) if path is not None else {}
 
 

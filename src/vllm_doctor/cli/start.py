@@ -30,6 +30,7 @@ from vllm_doctor.cli.options import (
     load_rules,
     target,
 )
+from vllm_doctor.cli.sources import line, stamp
 from vllm_doctor.knowledge.rulebook import LOG_KINDS
 
 # check and serve read the vllm serve command line as given: everything after -- is vLLM's
@@ -73,7 +74,7 @@ def check(
     if not args or args == ["--"]:
         fail("give the model after --: vllm-doctor check [OPTIONS] -- MODEL [vllm serve args]")
     report = preflight(parse(args), only=list(only), offline=offline, no_gpu=no_gpu)
-    emit(report, fmt, path, redact=not no_redact)
+    emit(stamp(report, ctx, []), fmt, path, redact=not no_redact)
     raise typer.Exit(exit_code(report, fail_on))
 
 
@@ -283,6 +284,7 @@ def plan(
         env=_env_words(env),
     )  # fmt: skip
     result = planner.make_plan(request, skipped("--no-gpu") if no_gpu else snapshot())
+    result.notes += [line(s) for s in ctx.meta.get("settings") or []]  # a config file's or a variable's
     emit(result, fmt, path, done=f"plan {'fits' if result.fits else 'does not fit'};")
     raise typer.Exit(0 if result.fits else 1)
 

@@ -30,7 +30,7 @@ MAX_PATTERNS = 32
 _RULE_KEYS = {
     "id", "kind", "category", "title", "severity", "confidence", "priority", "wrapper", "fallback", "summary",
     "survived", "explanation", "anchors", "patterns", "facts", "series", "phase", "checks", "when", "fixes",
-    "references", "names", "bulk",
+    "references", "names", "bulk", "replaces",
 }  # fmt: skip
 _PATTERN_KEYS = {"regex", "since", "until", "source", "level", "unless", "example", "counter_example"}
 _FIX_KEYS = {"action", "flag", "value", "when", "why", "direction"}
@@ -61,18 +61,21 @@ def load(
     skip: Callable | None = None,
     kinds: set | frozenset | None = None,
 ) -> list[Rule]:
-    """All rules: the built-in ones, then each extra directory's; a later id replaces an earlier. A bad
-    file of an extra directory raises, or with `skip` goes to skip(error) (a warning) and is left out.
+    """All rules: the built-in ones, then each extra directory's. A rule replaces an earlier one only
+    when it says so (`replaces = "id"`); an id taken without it is a bad file. A bad file of an extra
+    directory raises, or with `skip` goes to skip(error) (a warning) and is left out.
     `checks`: the named checks a rule may use. `kinds`: only the built-in rules of these kinds are
     parsed (explain needs no preflight rule)."""
     sources = ([builtin_dir()] if builtin else []) + [Path(d) for d in (dirs or [])]
     rules: dict[str, Rule] = {}
+    known: dict[str, str] = {}  # every id loaded so far -> its file (built-ins of every kind)
     for i, directory in enumerate(sources):
         if not directory.is_dir():
             raise RuleError(directory, None, "not a directory of rule files")
         files = rule_files(directory)
         if builtin and i == 0:  # checked in full by the test suite: no regex compiled, TOML cached
             for path, data in _builtin_data(directory, files):
+                known[str(data.get("id", path.stem))] = str(path)
                 if kinds is not None and data.get("kind", "diagnosis") not in kinds:
                     continue
                 rule = parse(data, path, checks=checks, trusted=True)
@@ -81,13 +84,34 @@ def load(
         for path in files:
             try:
                 rule = load_file(path, checks=checks)
+                _take_place(rule, known, rules)
             except RuleError as e:
                 if skip is None:
                     raise
                 skip(e)
             else:
+                rule.source = str(directory)
                 rules[rule.id] = rule
+                known[rule.id] = rule.path
     return list(rules.values())
+
+
+def _take_place(rule: Rule, known: dict[str, str], rules: dict[str, Rule]) -> None:
+    """A rule whose id is taken replaces that rule only when its file says so (`replaces = "id"`):
+    a rule directory planted beside a log cannot silence a built-in diagnosis unannounced."""
+    if rule.replaces is None:
+        if rule.id in known:
+            raise RuleError(rule.path, "id", f"{rule.id!r} is the id of {known[rule.id]}; to replace that "
+                            f'rule, say replaces = "{rule.id}" in this file')  # fmt: skip
+        return
+    if rule.replaces not in known:
+        raise RuleError(rule.path, "replaces", f"{rule.replaces!r} is no rule loaded before this one")
+    if rule.id != rule.replaces and rule.id in known:
+        raise RuleError(
+            rule.path, "id", f"{rule.id!r} is the id of {known[rule.id]} too; it replaces {rule.replaces!r}"
+        )
+    rules.pop(rule.replaces, None)
+    rule.replaced = known.pop(rule.replaces)
 
 
 def load_file(path: Path, *, checks: Checks, trusted: bool = False) -> Rule:
@@ -246,6 +270,9 @@ def _parse(data: dict, path: Path, checks: Checks, trusted: bool, linear: bool, 
     _facts(data, rule, groups, out)
     _checks(data, rule, checks, out)
     rule.phase = out.need(data, "phase", str, required=False)
+    rule.replaces = out.need(data, "replaces", str, required=False)
+    if rule.replaces is not None and not _ID.match(rule.replaces):
+        out.add("replaces", "must be a rule id (kebab-case)")
     rule.references = out.strings(data, "references") or []
     if kind == "fact":
         _fact_rule(data, rule, out)

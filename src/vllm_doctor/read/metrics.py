@@ -113,10 +113,16 @@ def from_samples(
     samples: Iterable[tuple[str, dict[str, str], float]], source: str = "", at: float | None = None
 ) -> Scrape:
     """The same, from samples read already: (name, labels, value), as Prometheus' query API gives them."""
-    p = _Parser(Scrape(source=source, at=time.monotonic() if at is None else at))
+    p = builder(source, at)
     for name, labels, value in samples:
         p.add(name, labels, value)
     return p.finish()
+
+
+def builder(source: str = "", at: float | None = None) -> _Parser:
+    """A scrape filled a sample at a time (add(name, labels, value), then finish()): Prometheus'
+    answer, read one series at a time, adds each point to the scrape of its step (read/prom.py)."""
+    return _Parser(Scrape(source=source, at=time.monotonic() if at is None else at))
 
 
 class _Parser:

@@ -7,25 +7,39 @@ operator's label matchers); each step of the answer, per replica (its `instance`
 from_samples, straight from the JSON): the same numbers, the same window maths (read/window.py),
 the same rules. A `--selector` is parsed as a label matcher set and written again with every value
 quoted; user text never reaches PromQL unparsed.
+
+The answer is bounded as a scrape is (read/metrics.py): it streams in and is read a series at a
+time (read/jsonstream.py), at most MAX_BYTES (over it: one line, exit 2); each series goes into its
+steps' scrapes as it is read, within MAX_SERIES, MAX_REPLICAS, MAX_STEPS and MAX_SAMPLES (past
+them the rest is not read, and the report notes it); a point that is not [time, value] with a
+finite time is one line.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
-from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.read import metrics
 from vllm_doctor.read.httpget import Deadline, masked, opener
+from vllm_doctor.read.jsonstream import Reader
 
 REPLICA_LABELS = ("instance", "pod", "model_name")
 MAX_POINTS = 240  # steps per window: the step grows with the window
 MIN_STEP = 1.0
 TIMEOUT = 30.0
-MAX_BYTES = 256 << 20
+# an answer is bounded as a scrape is (read/metrics.py): its bytes, and what is kept of it
+MAX_BYTES = metrics.MAX_BYTES  # over it: one line, exit 2
+MAX_SERIES_BYTES = 4 << 20  # one series' JSON (240 points are a few KiB)
+MAX_SERIES = 20_000  # a replica has a few hundred (histogram buckets); more are cut, with a note
+MAX_REPLICAS = 64
+MAX_STEPS = 2 * MAX_POINTS + 1  # a short window's rounded step gives up to 1.5 x MAX_POINTS
+MAX_SAMPLES = 500_000  # points in all (about 5 s of reading them)
 _NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 _MATCHER = re.compile(rf'\s*({_NAME})\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
 _DURATION = re.compile(r"(\d+)([smhdw])")
@@ -107,8 +121,9 @@ def window_times(
     return begin, stop
 
 
-def query_range(url: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-    """GET /api/v1/query_range; the matrix of its answer."""
+def query_range(url: str, query: str, start: float, end: float, step: float, notes: list[str] | None = None):
+    """GET /api/v1/query_range; its answer read as it arrives, a series at a time (replicas)."""
+    import http.client
     import urllib.error
     from urllib.parse import urlencode
 
@@ -117,34 +132,49 @@ def query_range(url: str, query: str, start: float, end: float, step: float) -> 
     deadline = Deadline(TIMEOUT)
     try:
         with opener(full, deadline, PromError).open(full, timeout=TIMEOUT) as r:
-            body = r.read(MAX_BYTES + 1)
+            return replicas(_series(Reader(r, base, PromError, MAX_BYTES, MAX_SERIES_BYTES)), notes)
+    except PromError:
+        if deadline.expired:  # the sockets were shut at the deadline: what came is not the answer
+            raise PromError(f"{base}: no complete answer within {TIMEOUT:g} s") from None
+        raise
     except urllib.error.HTTPError as e:
         detail = _error_of(e.read(4096))
         raise PromError(f"{base}: HTTP {e.code} {e.reason}{': ' + detail if detail else ''}") from None
+    except http.client.HTTPException as e:  # a short body, a broken status line
+        raise PromError(f"{base}: not a valid HTTP response ({type(e).__name__})") from None
     except (urllib.error.URLError, OSError, ValueError) as e:
+        if deadline.expired:
+            raise PromError(f"{base}: no complete answer within {TIMEOUT:g} s") from None
         raise PromError(f"{base}: cannot connect ({getattr(e, 'reason', None) or e})") from None
     finally:
         deadline.cancel()
-    if deadline.expired:
-        raise PromError(f"{base}: no complete answer within {TIMEOUT:g} s")
-    if len(body) > MAX_BYTES:
-        raise PromError(f"{base}: an answer over {MAX_BYTES >> 20} MB; narrow the window or the selector")
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        raise PromError(f"{base}: the answer is not JSON; is this a Prometheus server?") from None
-    if not isinstance(doc, dict) or doc.get("status") != "success":
-        raise PromError(f"{base}: the query failed ({_error_of(body) or 'no status'})")
-    data = doc.get("data") or {}
-    if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
-        raise PromError(f"{base}: not a range-query answer")
-    return data["result"]
+
+
+def _series(doc: Reader) -> Iterator[Any]:
+    """The series of a range-query answer, one at a time; its status and resultType checked too."""
+    seen: dict[str, Any] = {}
+    for key in doc.members():
+        if key == "data" and doc.peek() == "{":
+            for inner in doc.members():
+                if inner == "result" and doc.peek() == "[" and seen.get("resultType") == "matrix":
+                    seen["result"] = True
+                    for _ in doc.items():
+                        yield doc.value()
+                else:
+                    seen[inner] = doc.value()
+        else:
+            seen[key] = doc.value()
+    if seen.get("status") != "success":
+        error = seen.get("error")
+        raise PromError(f"{doc.name}: the query failed ({str(error)[:200] if error else 'no status'})")
+    if seen.get("result") is not True:  # a vector, a scalar, or no result read as a matrix's
+        raise PromError(f"{doc.name}: not a range-query answer")
 
 
 def _error_of(body: bytes) -> str:
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     return str(doc.get("error", ""))[:200] if isinstance(doc, dict) else ""
 
@@ -156,43 +186,99 @@ def _replica_key(labels: dict[str, str]) -> str:
     return " ".join(f"{k}={labels[k]}" for k in keys) or "prometheus"
 
 
-def replicas(result: list[dict[str, Any]]) -> dict[str, list[metrics.Scrape]]:
-    """Each replica's samples, step by step, as the scrapes that would have given them."""
-    samples: dict[str, dict[float, list[tuple[str, dict[str, str], float]]]] = defaultdict(lambda: defaultdict(list))
-    for series in result:
-        labels = dict(series.get("metric") or {})
-        name = str(labels.pop("__name__", ""))
+def replicas(result: Iterable[Any], notes: list[str] | None = None) -> dict[str, list[metrics.Scrape]]:
+    """Each replica's samples, step by step, as the scrapes that would have given them: each series
+    added to its steps' scrapes as it is read, within MAX_SERIES, MAX_REPLICAS, MAX_STEPS steps a
+    replica and MAX_SAMPLES points in all; past a bound the rest is not read, and `notes` says so."""
+    steps: dict[str, dict[float, Any]] = {}
+    cut = {"series": 0, "samples": 0, "replicas": 0, "points": 0}
+    points = 0
+    for n, series in enumerate(result):
+        if n >= MAX_SERIES or points >= MAX_SAMPLES:
+            cut["series" if n >= MAX_SERIES else "samples"] += 1
+            break
+        labels, values = _shape(series)
+        name = labels.pop("__name__", "")
         key = _replica_key(labels)
-        kept = {str(k): str(v) for k, v in sorted(labels.items()) if k != "job"}
-        for ts, value in series.get("values") or []:
-            samples[key][float(ts)].append((name, kept, _value(value)))
-    out: dict[str, list[metrics.Scrape]] = {}
-    for key, steps in sorted(samples.items()):
-        out[key] = [metrics.from_samples(body, key, at=ts) for ts, body in sorted(steps.items())]
-    return out
+        if key not in steps and len(steps) >= MAX_REPLICAS:
+            cut["replicas"] += 1
+            continue
+        kept = {k: v for k, v in sorted(labels.items()) if k != "job"}
+        mine = steps.setdefault(key, {})
+        for point in values:
+            ts, value = _point(point)
+            if points >= MAX_SAMPLES:
+                cut["samples"] += 1
+                break
+            scrape = mine.get(ts)
+            if scrape is None:
+                if len(mine) >= MAX_STEPS:
+                    cut["points"] += 1
+                    continue
+                scrape = mine[ts] = metrics.builder(key, at=ts)
+            scrape.add(name, kept, value)
+            points += 1
+    if notes is not None:
+        notes += _cut_notes(cut)
+    return {key: [mine[ts].finish() for ts in sorted(mine)] for key, mine in sorted(steps.items()) if mine}
+
+
+def _cut_notes(cut: dict[str, int]) -> list[str]:
+    out = []
+    if cut["series"]:
+        out.append(f"Prometheus answered more than {MAX_SERIES:,} series; the rest not read")
+    if cut["samples"]:
+        out.append(f"Prometheus answered more than {MAX_SAMPLES:,} points; the rest not read")
+    if cut["replicas"]:
+        out.append(f"more than {MAX_REPLICAS} replicas; {cut['replicas']:,} series of the others not read")
+    if cut["points"]:
+        out.append(f"more than {MAX_STEPS} steps a replica; {cut['points']:,} points not read")
+    return [n + " (narrow the window or the selector)" for n in out]
+
+
+def _shape(series: Any) -> tuple[dict[str, str], list]:
+    """A series' labels and points, or one line saying the answer is not a range query's."""
+    metric = series.get("metric") if isinstance(series, dict) else None
+    values = series.get("values") if isinstance(series, dict) else None
+    if not isinstance(metric, dict) or not isinstance(values, list):
+        raise PromError("Prometheus answered a series that is not {metric, values}: not a range-query answer")
+    return {str(k): str(v)[:500] for k, v in metric.items()}, values
+
+
+def _point(point: Any) -> tuple[float, float]:
+    """One [time, "value"] pair; a time that is no finite number, or another arity, is refused."""
+    if not isinstance(point, list) or len(point) != 2:
+        raise PromError(f"Prometheus answered a sample that is not [time, value]: {str(point)[:40]!r}")
+    ts = point[0]
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+        raise PromError(f"Prometheus answered a sample time that is no time: {str(ts)[:40]!r}")
+    return float(ts), _value(point[1])
 
 
 def _value(value: Any) -> float:
     """A sample's value as the API writes it ("1.5", "NaN", "+Inf")."""
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise PromError(f"Prometheus answered a sample value that is no number: {str(value)[:40]!r}") from None
 
 
-def fetch(url: str, start: float, end: float, selector: str | None = None) -> dict[str, list[metrics.Scrape]]:
-    """The window's scrape series per replica, from Prometheus at `url`; an error says the URL
-    without its password or secret query values."""
+def fetch(
+    url: str, start: float, end: float, selector: str | None = None, notes: list[str] | None = None
+) -> dict[str, list[metrics.Scrape]]:
+    """The window's scrape series per replica, from Prometheus at `url`; `notes` gets what was cut;
+    an error says the URL without its password or secret query values."""
     try:
-        return _fetch(url, start, end, selector)
+        return _fetch(url, start, end, selector, notes)
     except PromError as e:
         raise PromError(masked(str(e), url)) from None
 
 
-def _fetch(url: str, start: float, end: float, selector: str | None) -> dict[str, list[metrics.Scrape]]:
+def _fetch(
+    url: str, start: float, end: float, selector: str | None, notes: list[str] | None
+) -> dict[str, list[metrics.Scrape]]:
     step = max(MIN_STEP, round((end - start) / MAX_POINTS))
-    result = query_range(url, promql(parse_selector(selector)), start, end, step)
-    found = replicas(result)
+    found = query_range(url, promql(parse_selector(selector)), start, end, step, notes)
     if not found:
         raise PromError(f"{url}: no vllm:* series in this window (and selector); is Prometheus scraping vLLM?")
     return found

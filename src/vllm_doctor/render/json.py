@@ -78,6 +78,8 @@ def to_dict(report: Report) -> dict[str, Any]:
             {"line": c.line, "rule": c.rule, "fix": c.fix, "change": c.change} if (c := report.corrected) else None
         ),
     }
+    if report.settings:  # the config file, variables and --rules directories in force (additive)
+        out["settings"] = report.settings
     if report.crash_loop:
         cause, first, last = report.crash_loop
         out["crash_loop"] = {"cause": cause, "first": first, "last": last, "times": last - first + 1}
