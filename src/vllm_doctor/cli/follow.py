@@ -69,7 +69,7 @@ def follow(fd: int, rules: list[Rule], options: Options, say: Callable[[str], No
     tail = name != "-" and stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 2, 0) != GZIP
     source = Followed(fd, name, note) if tail else None
     with Spool() as spool, _Looks(spool, lambda path: pipeline.explain([path], rules, interim), say) as looks:
-        due = False
+        due = interrupted = False
         try:
             with _sigterm_interrupts():
                 while True:
@@ -85,13 +85,15 @@ def follow(fd: int, rules: list[Rule], options: Options, say: Callable[[str], No
                     if due and looks.wait(due) == 0:
                         due = not looks.start()
         except KeyboardInterrupt:
-            pass  # Ctrl-C (or SIGTERM) ends the stream: the report of what came
+            interrupted = True  # Ctrl-C (or SIGTERM) ends the stream: the report of what came, at once
         looks.stop()
         if source is not None:
             _drain(source, spool)
             source.close()
         spool.trim(looks.tail_within(FINAL, spool.head, spool.tail))  # the report comes at once
         report = pipeline.explain([spool.name], rules, options)
+        if not interrupted:  # the stream's end: what came after the last look is said as it was before
+            _announce(report.diagnoses, looks.seen, say)
     report.paths = [name]
     report.warnings.extend(notes + spool.notes())
     return report
