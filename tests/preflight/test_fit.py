@@ -183,3 +183,18 @@ def test_plan_and_check_give_one_verdict_and_one_cache(model, argv):
     if check_starts:
         tokens = int(re.search(r"([\d,]+) tokens fit", found.summary)[1].replace(",", ""))
         assert abs(m.budget.tokens - tokens) < (m.budget.kv_layout.block_size if m.budget.kv_layout else 16)
+
+
+def test_the_tp_fix_is_the_command_asked_again_at_that_tp():
+    """llama-3.1-8b at 131,072 tokens and 0.25 on 4 GPUs: TP 2 would hold the sequence were the
+    overhead TP 1's, but past TP 1 the non-torch memory grows by 0.5 GiB and TP 2 does not start
+    (check says so of that command); the fix offered is 4, which does."""
+    argv = ("--max-model-len", "131072", "--gpu-memory-utilization", "0.25")
+    (found,) = fit.fit(ctx("llama-3.1-8b", *argv, gpus=4))
+    assert found.rule == "check-cache-oom-gpu"
+    assert [f.value for f in found.fixes if f.flag == "--tensor-parallel-size"] == ["4"]
+    (two,) = fit.fit(ctx("llama-3.1-8b", *argv, "-tp", "2", gpus=4))
+    (four,) = fit.fit(ctx("llama-3.1-8b", *argv, "-tp", "4", gpus=4))
+    assert two.severity == "blocker" and four.severity != "blocker", (two.rule, four.rule)
+    (one_gpu,) = fit.fit(ctx("llama-3.1-8b", *argv, gpus=1))  # no TP above the GPUs there are
+    assert not [f for f in one_gpu.fixes if f.flag == "--tensor-parallel-size"]
