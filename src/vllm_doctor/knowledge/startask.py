@@ -42,6 +42,7 @@ ASKED = {
     "--pipeline-parallel-size": "pp",
 }  # fmt: skip
 
+SPLITS = ("--tensor-parallel-size", "--pipeline-parallel-size")  # fixes that move the weights per GPU
 _TP = ("tp-heads", "tp-kv-heads", "tp-vocab", "cpu-numa", "cpu-bind", "cache", "gpus")
 ADDRESSES = {  # the refusals a fix to this flag is for
     "--tensor-parallel-size": _TP, "--pipeline-parallel-size": ("pp-layers", "gpus", "cpu-numa", "cpu-bind"),
@@ -154,10 +155,11 @@ def query(get: Callable[..., Any], shape: ModelShape | None) -> StartQuery | Non
     return q
 
 
-def with_fix(q: StartQuery, flag: str, value: str | None) -> StartQuery | None:
+def with_fix(q: StartQuery, flag: str, value: str | None, weights_gib: Any = None) -> StartQuery | None:
     """The same start with the fix applied (None: a fix the model does not take). A TP above 1 on
     the CPU backend without NUMA nodes for its ranks gets a bind string cut from the log's host's
-    CPUs (nobind where the log does not print them)."""
+    CPUs (nobind where the log does not print them); another split on a GPU, the cache per GPU that
+    split leaves (split_budget), where the log says the weights per GPU."""
     env = dict(q.env)
     if flag in START_ENV:
         env[flag] = str(value)
@@ -171,20 +173,44 @@ def with_fix(q: StartQuery, flag: str, value: str | None) -> StartQuery | None:
     changes: dict[str, Any] = {field: new}
     fixed = replace(q, **changes, env=env)
     if field in ("tp", "pp") and q.backend != "cpu":
-        fixed.budget_bytes = None  # another split of the weights: the budget per GPU is not known from the log
+        fixed.budget_bytes = split_budget(q, fixed, weights_gib)
     if q.backend == "cpu":
         _bind(fixed.env, fixed.tp * fixed.pp, q.numa_nodes, q.cpus)
     return fixed
+
+
+def split_budget(q: StartQuery, fixed: StartQuery, weights_gib: Any) -> float | None:
+    """The cache per GPU at another TP x PP: the log's budget, plus the weights per GPU the split
+    frees (less what a smaller one adds), less the 0.5 GiB of non-torch memory (NCCL) TP past 1
+    adds (capacity/serving.py's default); None where the log gives no budget or no weights per GPU."""
+    weights = _number(weights_gib)
+    if q.budget_bytes is None or not weights:
+        return None
+    per_gpu = weights * GIB
+    old, new = q.tp * q.pp, fixed.tp * fixed.pp
+    nccl = 0.5 * GIB if q.tp == 1 < fixed.tp else -0.5 * GIB if fixed.tp == 1 < q.tp else 0.0
+    return q.budget_bytes + per_gpu - per_gpu * old / new - nccl
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None and value is not False else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _values_get(values: dict[str, Any]) -> Callable[..., Any]:
+    return lambda *names: next((values[n] for n in names if values.get(n) is not None), None)
 
 
 def reask(flag: str | None, value: str | None, values: dict[str, Any], shape: ModelShape | None) -> str | None:
     """Why the command with this fix still does not start, or None (it starts, or cannot be asked)."""
     if not flag or shape is None:
         return None
-    q = query(lambda *names: next((values[n] for n in names if values.get(n) is not None), None), shape)
+    q = query(_values_get(values), shape)
     if q is None:
         return None
-    fixed = with_fix(q, flag, value)
+    fixed = with_fix(q, flag, value, values.get("weights_gib"))
     if fixed is None:
         return None
     from vllm_doctor.capacity.start import ask
@@ -247,18 +273,31 @@ def start_model(inp: CheckInput) -> CheckResult:
 
 
 def figures(flag: str | None, value: str | None, values: dict[str, Any], shape: ModelShape | None) -> str | None:
-    """The before/after figures of a fix that the re-ask says starts: what refused, and the cache after."""
-    if not flag or value is None or shape is None:
+    """The before/after figures of a fix that the re-ask says starts: what refused, and the cache
+    after; for another split on a GPU that could not be asked for its cache, what it assumes."""
+    if not flag or value is None:
         return None
+    if shape is None:
+        return _assumes(flag, value, values, "no model config to ask (pass --config)")
     from vllm_doctor.capacity.start import ask
 
-    q = query(lambda *names: next((values[n] for n in names if values.get(n) is not None), None), shape)
-    fixed = with_fix(q, flag, value) if q is not None else None
+    q = query(_values_get(values), shape)
+    fixed = with_fix(q, flag, value, values.get("weights_gib")) if q is not None else None
     if q is None or fixed is None:
         return None
+    if fixed.budget_bytes is None and flag in SPLITS and q.backend != "cpu":
+        return _assumes(flag, value, values, "the log gives no KV budget and weights per GPU to move to it")
     before, after = ask(q), ask(fixed)
     if after.starts is not True or before.starts is not False or after.capacity is None:
         return None
     c = after.capacity
     return (f"Re-checked: before, {before.refusals[0][1]}; with it, the start passes "
             f"({c.tokens:,} KV tokens; one {after.max_model_len:,}-token sequence needs {c.needed_gib} of {c.available_gib} GiB).")  # fmt: skip
+
+
+def _assumes(flag: str, value: str, values: dict[str, Any], why: str) -> str | None:
+    """What a TP or PP fix on a GPU takes on trust where it cannot be asked again."""
+    if flag not in SPLITS or str(values.get("device") or "").lower() == "cpu":
+        return None
+    return (f"Not re-checked for the cache: {why}; it assumes {value} GPUs each with this one's memory, "
+            "each holding its share of the weights and KV heads.")  # fmt: skip
