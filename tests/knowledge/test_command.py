@@ -159,16 +159,32 @@ def test_the_bind_string_is_cut_from_the_logs_host_not_this_machine(monkeypatch)
     assert "no CPUs of its host" in startask.bind_note(unknown, {startask.BIND: "nobind"}, 2)
 
 
-def test_a_lab_log_says_its_hosts_cpus():
-    """cache-oom ran on the lab's 2-CPU host: "Reducing Torch threads from 2", core ids [0], reserved [1]."""
-    from vllm_doctor.knowledge import rulebook, startask
+def _facts_of(path):
+    from vllm_doctor.knowledge import rulebook
     from vllm_doctor.knowledge.lifetimes import Lifetimes
     from vllm_doctor.matching.engine import Engine
     from vllm_doctor.read import logread
 
     engine, router = Engine(rulebook.load()), Lifetimes()
-    engine.run(logread.read([str(LAB / "cache-oom.log")], engine.prefilter, logread.ReadStats()), Facts(), router)
+    engine.run(logread.read([str(path)], engine.prefilter, logread.ReadStats()), Facts(), router)
     [life] = router.lives()
-    facts = life.facts
+    return life.facts
+
+
+def test_an_excerpt_of_the_openmp_block_alone_is_the_cpu_backend(tmp_path):
+    """Only the CPU backend prints its OpenMP binding block: an excerpt without the banner says it."""
+    block = (LAB / "cache-fits.log").read_text().splitlines()[18:23]
+    assert "OpenMP thread binding info" in block[0]
+    log = tmp_path / "excerpt.log"
+    log.write_text("\n".join(block) + "\n")
+    facts = _facts_of(log)
+    assert facts.get("device") == "cpu" and facts.get("cpu.core_ids") == "0" and facts.get("cpu.reserved_cpus") == "1"
+
+
+def test_a_lab_log_says_its_hosts_cpus():
+    """cache-oom ran on the lab's 2-CPU host: "Reducing Torch threads from 2", core ids [0], reserved [1]."""
+    from vllm_doctor.knowledge import startask
+
+    facts = _facts_of(LAB / "cache-oom.log")
     assert startask.log_cpus(facts.get) == 2
     assert facts.get("cpu.omp_threads_bind") == "auto" and facts.get("device") == "cpu"
