@@ -43,6 +43,10 @@ FACTS: dict[str, type] = {
     "gpu_memory_utilization": float,
     "kv_cache_memory_bytes": int,  # --kv-cache-memory-bytes: the KV space set explicitly (0.10.2+)
     "cpu_kvcache_space": int,  # VLLM_CPU_KVCACHE_SPACE (GiB): the CPU backend's KV space
+    "cpu.torch_threads": int,  # the CPU backend's "Reducing Torch threads from N": the log's host CPUs
+    "cpu.core_ids": str,  # a rank's OpenMP "core ids=[..]" (the last printed)
+    "cpu.reserved_cpus": str,  # the OpenMP binding's "reserved_cpus=[..]"
+    "cpu.omp_threads_bind": str,  # the VLLM_CPU_OMP_THREADS_BIND the start ran with ('auto', 'nobind', '0-3|4-7')
     "num_attention_heads": int,
     "num_kv_heads": int,
     "weights_gib": float,
@@ -376,6 +380,8 @@ class Facts:
 
     def set(self, name: str, value: Any, line: int = 0) -> None:
         value = convert(FACTS[name], value)
+        if name == "device" and value is not None:
+            value = value.lower()  # vLLM's own spelling (device_config=cpu); the CPU build's banner says "CPU"
         if name == DRAFT:
             self.draft_at = line
         elif name == "max_model_len" and self.draft_at is not None and name in self.values and line > self.draft_at:

@@ -172,7 +172,7 @@ def test_a_busy_local_gpu_changes_no_fix_of_a_foreign_log(run):
     assert facts["this_host"] is False and facts["devices"][0]["used_mib"] == 20480  # shown, apart
     md = to_markdown(foreign)
     assert "This machine's GPUs (not the log's machine: they inform no fix" in md
-    tp = LAB / "tp-divisibility.log"
+    tp = FIXTURES / "logs" / "tp-divisibility" / "0.10.1_attention-heads-pydantic-value-error.log"  # a GPU's
     assert any("--tensor-parallel-size 4" in a for a, _ in fixes(run(tp, options=Options(gpu_snapshot=snap))))
     assert not any(
         "--tensor-parallel-size 4" in a for a, _ in fixes(run(tp, options=Options(gpu_snapshot=snap, this_host=True)))

@@ -14,6 +14,7 @@ from vllm_doctor.cli import app
 CONFIGS = FIXTURES / "configs"
 SEED = ["--params", "7B", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--dtype", "bfloat16",
         "--gpu-memory", "80GB", "--gpu-memory-utilization", "0.90"]  # fmt: skip
+BARE = ["--overhead", "0GB"]  # the seed's arithmetic: no overhead (without it, the default check reserves too)
 runner = CliRunner()
 
 
@@ -27,7 +28,7 @@ def plan_json(*args):
 
 
 def test_the_seed_exactly():
-    result = plan(*SEED, "--max-model-len", "8192", "--no-gpu")
+    result = plan(*SEED, *BARE, "--max-model-len", "8192", "--no-gpu")
     assert result.exit_code == 0, result.output
     out = result.output
     assert "1 weights" in out and "14.0 GB" in out
@@ -38,7 +39,7 @@ def test_the_seed_exactly():
     line = next(ln for ln in out.splitlines() if "5 sequences at 8,192" in ln)
     assert line.split()[4] == "54"
     assert "GB = 10^9 bytes, GiB = 2^30 bytes" in out
-    code, data = plan_json(*SEED, "--max-model-len", "8192")
+    code, data = plan_json(*SEED, *BARE, "--max-model-len", "8192")
     m = data["models"][0]
     assert (m["weights_bytes"], m["cache_bytes"], m["kv_bytes_per_token"]) == (14e9, pytest.approx(58e9), 131_072)
     assert (m["tokens"], m["worst_case_sequences"]) == (442_504, 54)
@@ -46,9 +47,9 @@ def test_the_seed_exactly():
 
 
 def test_the_seed_at_32k():
-    code, data = plan_json(*SEED, "--max-model-len", "32768")
+    code, data = plan_json(*SEED, *BARE, "--max-model-len", "32768")
     assert code == 0 and data["models"][0]["worst_case_sequences"] == 13
-    assert "5 sequences at 32,768" in plan(*SEED, "--max-model-len", "32768", "--no-gpu").output
+    assert "5 sequences at 32,768" in plan(*SEED, *BARE, "--max-model-len", "32768", "--no-gpu").output
 
 
 def test_the_block_examples():
@@ -62,7 +63,7 @@ def test_the_block_examples():
 
 def test_gib_in_gib_out():
     code, data = plan_json(
-        *SEED[:-4], "--gpu-memory", "80GiB", "--gpu-memory-utilization", "0.90", "--max-model-len", "8192"
+        *SEED[:-4], *BARE, "--gpu-memory", "80GiB", "--gpu-memory-utilization", "0.90", "--max-model-len", "8192"
     )
     m = data["models"][0]
     assert m["cache_bytes"] == pytest.approx(80 * 2**30 * 0.9 - 14e9)
@@ -92,7 +93,7 @@ def test_a_plan_that_does_not_fit_exits_1():
     result = plan(CONFIGS / "llama-3-8b", "--gpu-memory", "80GB", "-tp", "3", "--gpus", "4", "--no-gpu")
     # the plan is its serve line's: TP 3 does not divide the heads, 4 does and fits, so it plans 4
     assert result.exit_code == 0 and "does not divide the heads; valid sizes: 1, 2, 4" in result.output
-    code, data = plan_json(*SEED, "--max-model-len", "500000")
+    code, data = plan_json(*SEED, *BARE, "--max-model-len", "500000")
     m = data["models"][0]
     # TP 1 does not hold the length asked for, TP 2 does: the plan says so and is TP 2's, the serve line's
     assert code == 0 and not m["problems"] and "the longest is 442,480" in m["notes"][0]
@@ -105,15 +106,20 @@ def test_a_plan_that_does_not_fit_exits_1():
 def test_target_concurrency_gives_the_length():
     code, data = plan_json(*SEED, "--max-model-len", "8192", "--target-concurrency", "100")
     m = data["models"][0]
-    assert m["max_model_len_for_target"] == 442_504 // 100 // 16 * 16 == 4416
-    # the serve line reserves the default overhead of a 7B model on an 80 GB card: 1.5 + 0.5 + 2 GiB
+    # the steps and the serve line reserve the default overhead of a 7B model on an 80 GB card (1.5 +
+    # 0.5 + 2 GiB), as check does: one length for both
     tokens = int((80e9 * 0.9 - 14e9 - 4 * 2**30) // 131_072)
+    assert m["max_model_len_for_target"] == tokens // 100 // 16 * 16 == 4096
     assert (
         f"--max-model-len {tokens // 100 // 16 * 16}"
         in m["serve_command"]
         == ("vllm serve <model> --max-model-len 4096 --gpu-memory-utilization 0.90 --dtype bfloat16")
     )
-    assert any("reserves 4.0 GiB per GPU beside the cache: 1.5 GiB activation peak" in n for n in m["notes"])
+    assert any(
+        "reserve 4.0 GiB per GPU beside the cache, as check does: 1.5 GiB activation peak" in n for n in m["notes"]
+    )
+    code, data = plan_json(*SEED, *BARE, "--max-model-len", "8192", "--target-concurrency", "100")
+    assert data["models"][0]["max_model_len_for_target"] == 442_504 // 100 // 16 * 16 == 4416  # the seed's
 
 
 def test_mla_fp8_weights_and_kv_dtype():
@@ -165,14 +171,14 @@ def test_sliding_window_models_are_sized_as_v1_does():
     steps = {s["name"]: s["value"] for s in m["steps"]}
     blocks = int(m["cache_bytes"] // (16 * 131_072))
     assert steps["5 blocks"] == f"{blocks:,}" and steps["6 blocks per request at 32,768"] == "1,281"
-    assert m["worst_case_sequences"] == blocks // 1281 == 21
+    assert m["worst_case_sequences"] == blocks // 1281 == 19  # 4 GiB of the default overhead reserved, as check does
     assert m["tokens"] == int(blocks / 1281 * 32768)
     assert not any("approximate" in s["work"] for s in m["steps"])
     assert any("hybrid manager" in n for n in m["notes"])
 
 
 def test_markdown_shows_the_work():
-    result = plan(*SEED, "--max-model-len", "8192", "--format", "markdown", "--no-gpu")
+    result = plan(*SEED, *BARE, "--max-model-len", "8192", "--format", "markdown", "--no-gpu")
     assert "| step | work | value |" in result.output
     assert "| 2 KV cache memory | 80.0 GB x 0.90 - 14.0 GB weights - 0.0 GB overheads | 58.0 GB |" in result.output
     assert "```sh\nvllm serve <model> --max-model-len 8192" in result.output

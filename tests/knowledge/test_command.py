@@ -115,16 +115,76 @@ def test_short_and_underscored_flags_are_replaced_not_doubled():
     assert fixed[0] == ("--tensor-parallel-size", "4") and len(fixed) == 3
 
 
-def test_the_cpu_backends_tp_fix_carries_a_bind_string_that_the_shell_reads(run):
-    """The lab's tp-divisibility-vocab start (CPU backend): TP 2 on a host whose NUMA nodes cannot each
-    take a rank gets VLLM_CPU_OMP_THREADS_BIND for this host's CPUs, and the text rendering keeps the
-    word an assignment (its name unquoted)."""
-    from vllm_doctor.knowledge.startask import host_numa_nodes
-
+def test_the_cpu_backends_tp_fix_carries_the_binding_the_log_ran_with(run):
+    """The lab's tp-divisibility-vocab start (CPU backend) ran with VLLM_CPU_OMP_THREADS_BIND=nobind
+    (its OpenMP block says so): the corrected TP 2 carries it, and the text rendering keeps the word
+    an assignment (its name unquoted)."""
     report = run(LAB / "tp-divisibility-vocab.log")
     words = shlex.split(report.corrected.line)
     assert words[words.index("--tensor-parallel-size") + 1] == "2"
-    if (host_numa_nodes() or 1) < 2:
-        assert words[0].startswith("VLLM_CPU_OMP_THREADS_BIND=") and words[1:3] == ["vllm", "serve"]
-        text = render(report, "text")
-        assert "    VLLM_CPU_OMP_THREADS_BIND=" in text and "'VLLM_CPU_OMP_THREADS_BIND=" not in text
+    assert words[:3] == ["VLLM_CPU_OMP_THREADS_BIND=nobind", "vllm", "serve"]
+    text = render(report, "text")
+    assert "    VLLM_CPU_OMP_THREADS_BIND=" in text and "'VLLM_CPU_OMP_THREADS_BIND=" not in text
+
+
+def test_the_tp_fix_of_a_log_that_prints_no_cpus_binds_nothing_and_says_why(run):
+    """tp-divisibility fails before any worker prints its CPUs: no bind string can be cut from the
+    log's host (this machine's CPUs are not its), so the command turns the binding off and says so."""
+    report = run(LAB / "tp-divisibility.log")
+    words = shlex.split(report.corrected.line)
+    assert words[:3] == ["VLLM_CPU_OMP_THREADS_BIND=nobind", "vllm", "serve"], words
+    assert "the log prints no CPUs of its host" in report.corrected.change
+
+
+def _getter(values):
+    return lambda *names: next((values[n] for n in names if values.get(n) is not None), None)
+
+
+def test_the_bind_string_is_cut_from_the_logs_host_not_this_machine(monkeypatch):
+    """The log's "Reducing Torch threads from 8" (or its OpenMP core ids) sizes the bind string; this
+    machine's CPU count (faked to 64) does not."""
+    import os
+
+    from vllm_doctor.knowledge import startask
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(64)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    eight = _getter({"device": "cpu", "cpu.torch_threads": 8, "allowed": "0"})
+    assert startask.fix_env(eight, {}, "--tensor-parallel-size", "2", 2) == {startask.BIND: "0-3|4-7"}
+    ids = _getter({"device": "cpu", "cpu.core_ids": "0, 1, 2", "cpu.reserved_cpus": "3"})
+    assert startask.log_cpus(ids) == 4
+    unknown = _getter({"device": "cpu"})
+    assert startask.log_cpus(unknown) is None
+    assert startask.fix_env(unknown, {}, "--tensor-parallel-size", "2", 2) == {startask.BIND: "nobind"}
+    assert "no CPUs of its host" in startask.bind_note(unknown, {startask.BIND: "nobind"}, 2)
+
+
+def _facts_of(path):
+    from vllm_doctor.knowledge import rulebook
+    from vllm_doctor.knowledge.lifetimes import Lifetimes
+    from vllm_doctor.matching.engine import Engine
+    from vllm_doctor.read import logread
+
+    engine, router = Engine(rulebook.load()), Lifetimes()
+    engine.run(logread.read([str(path)], engine.prefilter, logread.ReadStats()), Facts(), router)
+    [life] = router.lives()
+    return life.facts
+
+
+def test_an_excerpt_of_the_openmp_block_alone_is_the_cpu_backend(tmp_path):
+    """Only the CPU backend prints its OpenMP binding block: an excerpt without the banner says it."""
+    block = (LAB / "cache-fits.log").read_text().splitlines()[18:23]
+    assert "OpenMP thread binding info" in block[0]
+    log = tmp_path / "excerpt.log"
+    log.write_text("\n".join(block) + "\n")
+    facts = _facts_of(log)
+    assert facts.get("device") == "cpu" and facts.get("cpu.core_ids") == "0" and facts.get("cpu.reserved_cpus") == "1"
+
+
+def test_a_lab_log_says_its_hosts_cpus():
+    """cache-oom ran on the lab's 2-CPU host: "Reducing Torch threads from 2", core ids [0], reserved [1]."""
+    from vllm_doctor.knowledge import startask
+
+    facts = _facts_of(LAB / "cache-oom.log")
+    assert startask.log_cpus(facts.get) == 2
+    assert facts.get("cpu.omp_threads_bind") == "auto" and facts.get("device") == "cpu"

@@ -190,3 +190,35 @@ def test_a_report_never_raises_and_lowers_the_same_flag():
     assert out[1].dropped == [
         ("Lower --max-num-seqs", "queue-sequence-cap ranks first and says raise --max-num-seqs: one direction is kept")
     ]
+
+
+LLAMA31 = FIXTURES / "configs" / "llama-3.1-8b" / "config.json"
+
+
+def test_a_gpu_tp_fix_is_asked_again_with_the_cache_the_split_leaves(run):
+    """Llama-3.1-8B at 131,072 tokens, 9.87 GiB of cache left beside 14.99 GiB of weights: TP 2 frees
+    half the weights per GPU, less 0.5 GiB of non-torch memory, and halves the KV heads per GPU;
+    the re-ask with those numbers passes and the fix shows them."""
+    log = FIXTURES / "logs" / "cache-oom" / "0.14.0_v1-kv-cache-format-gib.log"
+    report = run(log, options=Options(config=str(LLAMA31)))
+    [tp] = [f for f in report.diagnoses[0].fixes if f.flag == "--tensor-parallel-size"]
+    assert tp.value == "2" and "Re-checked" in tp.why and "8.0 of 16.87 GiB" in tp.why, tp.why
+
+
+def test_a_gpu_tp_fix_the_split_cache_cannot_hold_is_refused():
+    """1 GiB of cache beside 0.5 GiB of weights per GPU: TP 2 frees 0.25 GiB and its NCCL buffers
+    take 0.5, so one 131,072-token sequence (8 GiB at TP 2) still does not fit."""
+    shape, _note = load_model(None, str(LLAMA31), offline=True)
+    values = {"available_gib": 1.0, "weights_gib": 0.5, "max_model_len": 131072, "tensor_parallel_size": 1}
+    why = refuse("--tensor-parallel-size", "raise", "2", values, shape=shape)
+    assert why and "still does not start" in why and "0.76 GiB is available" in why, (
+        why
+    )  # 1.0 + 0.25 - 0.5, at the edge of its rounding
+
+
+def test_a_tp_fix_that_cannot_be_asked_says_what_it_assumes(run):
+    """No config.json: the TP fix is from the heads the log states; its text says what it takes on trust."""
+    report = run(FIXTURES / "logs" / "tp-divisibility" / "0.10.1_attention-heads-pydantic-value-error.log")
+    first = report.diagnoses[0].fixes[0]
+    assert first.flag == "--tensor-parallel-size" and "Not re-checked for the cache: no model config" in first.why
+    assert "it assumes 2 GPUs each with this one's memory" in first.why

@@ -21,6 +21,8 @@ from vllm_doctor.render.json import to_dict
 
 CONFIGS = FIXTURES / "configs"
 GPU_ONLY = ("--gpu-memory-utilization",)
+# the words of a fix for GPUs the CPU backend does not have ("Add GPUs", "the GPUs left over", ...)
+GPU_WORDS = ("GPUs", "--gpu-memory-utilization", "--quantization fp8")
 
 
 def _lab_config(log: Path) -> Path | None:
@@ -77,6 +79,7 @@ def test_the_advice_starts(log: Path, config: Path | None, run) -> None:
         for fix in d["fixes"]:
             if cpu:
                 assert fix["flag"] not in GPU_ONLY, f"a GPU fix on the CPU backend: {fix}"
+                assert not any(w in fix["action"] for w in GPU_WORDS), f"a GPU fix on the CPU backend: {fix}"
                 assert not (fix["flag"] == "--quantization" and "fp8" in str(fix["value"])), fix
                 assert not (
                     fix["flag"] == "--tensor-parallel-size" and fix["direction"] == "raise" and not fix["value"]
@@ -93,3 +96,19 @@ def test_the_advice_starts(log: Path, config: Path | None, run) -> None:
     if config is not None:
         answer = asked(c["line"], config, cpu)
         assert answer.starts is not False, f"{c['line']}: {answer.reason}"
+
+
+def test_the_lab_tp_divisibility_start_is_told_as_the_cpu_backend(run) -> None:
+    """It fails before the engine banner (device_config=cpu): the CPU build's import line says the
+    backend, and the advice is the CPU's: TP 2 or 1, no GPUs to add, no pipeline over spare GPUs."""
+    log = LAB / "tp-divisibility.log"
+    report = to_dict(run(log, options=Options(config=str(_lab_config(log)))))
+    assert report["facts"]["device"] == "cpu"
+    assert report["lifetimes"][0]["lines"]["first"] == 4  # the banner: the import line is no start
+    fixes = report["diagnoses"][0]["fixes"]
+    assert [(f["flag"], f["value"]) for f in fixes] == [
+        ("--tensor-parallel-size", "2"),
+        ("--tensor-parallel-size", "1"),
+    ]
+    env, _argv = pasted(report["corrected_command"]["line"])
+    assert env == {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}  # one NUMA node or not, it starts as pasted

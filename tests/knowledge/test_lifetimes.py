@@ -92,3 +92,16 @@ def test_output_with_no_start_is_part_of_the_start_below():
     untimed.route(FACT, line(1, "torch.OutOfMemoryError: CUDA out of memory."))
     untimed.route(START, line(3, "vLLM API server version 0.7.3"))
     assert len(untimed.lives()) == 1
+
+
+def test_a_fact_printed_before_the_banner_is_the_starts_but_does_not_begin_it():
+    """The CPU build's import line ("Triton is installed, but doesn't include CPU backend", no pid)
+    comes before the banner: its fact goes to the start below it, which still begins at the banner;
+    a crash loop of such starts keeps each start's first line (tests/pipeline/test_restarts.py)."""
+    lives = Lifetimes()
+    facts, _ = lives.route(FACT, line(1, "Triton is installed, but doesn't include CPU backend. Disabling Triton."))
+    facts.set("device", "CPU", 1)
+    lives.route(START, line(4, "(APIServer pid=1) INFO 01-01 00:00:00 [a.py:1] v", "APIServer"))
+    lives.route(READY, line(9, "(APIServer pid=1) INFO 01-01 00:00:30 [a.py:1] ready", "APIServer"))
+    [only] = lives.lives()
+    assert only.first == (0, 4) and only.facts.get("device") == "cpu"

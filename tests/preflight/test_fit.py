@@ -152,3 +152,49 @@ def test_check_and_plan_give_the_same_verdict_and_kv_tokens(model, argv, gpus):
     if found.rule == "check-kv-cache-fits-gpu":  # vLLM's print (whole blocks) against plan's bytes / bytes per token
         tokens = int(re.search(r"; ([\d,]+) tokens fit", found.summary).group(1).replace(",", ""))
         assert 0 <= mp.budget.tokens - tokens < mp.budget.block_size
+
+
+@pytest.mark.parametrize(
+    ("model", "argv"),
+    [
+        ("llama-3-8b", ["--max-model-len", "8192"]),
+        ("llama-3-8b", ["--max-model-len", "8192", "--gpu-memory-utilization", "0.25"]),
+        ("qwen2.5-7b", ["--max-model-len", "32768"]),
+        ("mistral-7b-v0.1", ["--max-model-len", "32768"]),
+        ("gemma-3-27b", ["--max-model-len", "16384"]),
+    ],
+)
+def test_plan_and_check_give_one_verdict_and_one_cache(model, argv):
+    """plan without --overhead reserves the default overhead check reserves (serving.default_overhead):
+    the same configuration starts or does not by both, with the same KV cache (plan's step 4 divides
+    bytes by bytes per token, vLLM counts whole blocks: within one block)."""
+    from vllm_doctor.capacity.plan import PlanRequest, make_plan
+
+    c = ctx(model, *argv)
+    (found,) = fit.fit(c)
+    util = float(argv[argv.index("--gpu-memory-utilization") + 1]) if "--gpu-memory-utilization" in argv else 0.9
+    req = PlanRequest(models=[str(FIXTURES / "configs" / model)], utilization=util, max_model_len=int(argv[1]),
+                      gpus=1, offline=True)  # fmt: skip
+    m = make_plan(req, c.snapshot).models[0]
+    check_starts = found.severity != "blocker"
+    assert (not m.problems) == check_starts, (found.rule, m.problems)
+    assert m.budget.overhead_bytes / 2**30 == pytest.approx(found.numbers["overhead_gib"], abs=0.01)
+    assert m.budget.cache_bytes / 2**30 == pytest.approx(found.numbers["kv_cache_gib"], abs=0.01)
+    if check_starts:
+        tokens = int(re.search(r"([\d,]+) tokens fit", found.summary)[1].replace(",", ""))
+        assert abs(m.budget.tokens - tokens) < (m.budget.kv_layout.block_size if m.budget.kv_layout else 16)
+
+
+def test_the_tp_fix_is_the_command_asked_again_at_that_tp():
+    """llama-3.1-8b at 131,072 tokens and 0.25 on 4 GPUs: TP 2 would hold the sequence were the
+    overhead TP 1's, but past TP 1 the non-torch memory grows by 0.5 GiB and TP 2 does not start
+    (check says so of that command); the fix offered is 4, which does."""
+    argv = ("--max-model-len", "131072", "--gpu-memory-utilization", "0.25")
+    (found,) = fit.fit(ctx("llama-3.1-8b", *argv, gpus=4))
+    assert found.rule == "check-cache-oom-gpu"
+    assert [f.value for f in found.fixes if f.flag == "--tensor-parallel-size"] == ["4"]
+    (two,) = fit.fit(ctx("llama-3.1-8b", *argv, "-tp", "2", gpus=4))
+    (four,) = fit.fit(ctx("llama-3.1-8b", *argv, "-tp", "4", gpus=4))
+    assert two.severity == "blocker" and four.severity != "blocker", (two.rule, four.rule)
+    (one_gpu,) = fit.fit(ctx("llama-3.1-8b", *argv, gpus=1))  # no TP above the GPUs there are
+    assert not [f for f in one_gpu.fixes if f.flag == "--tensor-parallel-size"]

@@ -136,7 +136,7 @@ def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
     tp_limit = req.gpus or present or max(DEFAULT_TP_LIMIT, req.tp)  # "up to the GPUs present", when known
     if req.tp > gpus:
         raise PlanError(f"--tensor-parallel-size {req.tp} needs {req.tp} GPUs; {gpus} given (--gpus) or present (NVML)")
-    overhead = cap.parse_size(req.overhead).bytes if req.overhead else 0.0
+    overhead = cap.parse_size(req.overhead).bytes if req.overhead else None  # None: the default, as check's
     several = len(shapes) > 1
     models = [
         _model_plan(req, name, shape, gpu_bytes, unit, overhead, tp_limit, req.utilization, space,
@@ -145,11 +145,6 @@ def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
     ]  # fmt: skip
     plan = Plan(gpu_bytes, unit, source, gpus, models, req.utilization, req.block_size, snapshot=snapshot,
                 notes=snap_notes)  # fmt: skip
-    if not overhead and not space:
-        plan.notes.append(
-            "the steps count no overheads (activation peak, non-torch memory, CUDA graphs: vLLM measures them at "
-            "startup); the serve line reserves an estimated default for them, --overhead 2GB sets them instead"
-        )
     if several:
         _split(plan, req, gpu_bytes, unit, overhead, tp_limit, space)
     plan.block_examples = _block_examples(req, models[0] if len(models) == 1 else None)
@@ -270,7 +265,7 @@ def _weights(req: PlanRequest, shape: ModelShape, dtype: str) -> tuple[float, st
 
 
 def _model_plan(
-    req: PlanRequest, name: str, shape: ModelShape, gpu_bytes: float, unit: str, overhead: float, tp_limit: int,
+    req: PlanRequest, name: str, shape: ModelShape, gpu_bytes: float, unit: str, overhead: float | None, tp_limit: int,
     utilization: float, space: tuple[float, str] | None = None, port: int | None = None,
 ) -> ModelPlan:  # fmt: skip
     dtype = cap.serving_dtype(req.dtype, shape.dtype)
@@ -281,9 +276,12 @@ def _model_plan(
     element_bytes, kv_dtype = cap.kv_element_bytes(req.kv_cache_dtype, dtype)
     weights, weights_work = _weights(req, shape, dtype)
     bpt = cap.kv_bytes_per_token(shape, element_bytes, req.tp)
-    budget = Budget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size)
+    reserve, how = overhead or 0.0, ""
+    if overhead is None and not (space or req.cpu):  # check's default (preflight/fit.py): one verdict for both
+        reserve, how = serving.default_overhead(gpu_bytes, shape.params or 0, req.tp)
+    budget = Budget(gpu_bytes, utilization, weights, reserve, bpt, req.tp, req.block_size)
     if space:
-        budget = serving.FixedBudget(gpu_bytes, utilization, weights, overhead, bpt, req.tp, req.block_size, *space)
+        budget = serving.FixedBudget(gpu_bytes, utilization, weights, reserve, bpt, req.tp, req.block_size, *space)
     length = req.max_model_len or shape.derived_max_model_len
     device = "cpu" if req.cpu else "cuda"
     budget.kv_hybrid = start.hybrid_on(start.StartQuery(shape, hybrid_manager=req.hybrid_manager, env=req.env))
@@ -299,6 +297,9 @@ def _model_plan(
     mp = ModelPlan(name, shape, dtype, kv_dtype, element_bytes, budget, utilization, length, length_from, [], valid,
                    req.target_concurrency, "")  # fmt: skip
     mp.steps = _steps(mp, weights_work, unit)
+    if how:
+        mp.notes.append(f"the steps and the serve line reserve {fmt_size(reserve, 'GiB')} per GPU beside the cache, "
+                        f"as check does: {how}; --overhead 2GB sets it instead")  # fmt: skip
     if budget.cache_bytes <= 0:
         mp.problems.append(
             f"no room for the KV cache: the weights ({fmt_size(budget.weights_per_gpu, unit)} per GPU) and overheads "
@@ -374,11 +375,11 @@ def _serve_command(req: PlanRequest, mp: ModelPlan, from_config: bool, tp_limit:
     b, shape = mp.budget, mp.shape
     cpu = req.cpu  # TP on the CPU backend needs NUMA nodes: keep it, shorten the length
     need = mp.max_model_len if req.max_model_len and not cpu else None
-    chosen, how = None, ""
+    chosen = None
     for tp in [] if cpu else [t for t in mp.valid_tp_sizes if req.tp <= t <= tp_limit]:
-        extra, how = b.overhead_bytes, ""
+        extra = b.overhead_bytes  # the steps' reserve; the default is by TP (its non-torch memory)
         if not req.overhead and not isinstance(b, serving.FixedBudget):
-            extra, how = serving.default_overhead(b.total_bytes, shape.params or 0, tp)
+            extra, _how = serving.default_overhead(b.total_bytes, shape.params or 0, tp)
         bpt = cap.kv_bytes_per_token(shape, mp.element_bytes, tp)
         trial = replace(b, tp=tp, overhead_bytes=extra, bytes_per_token=bpt)
         if serving.fits(trial, need):
@@ -391,10 +392,6 @@ def _serve_command(req: PlanRequest, mp: ModelPlan, from_config: bool, tp_limit:
                         + (f" for {fmt_int(need)} tokens" if need else "") + ": no serve line")  # fmt: skip
         return ""
     mp.serve_tp = chosen.tp
-    if how:
-        mp.notes.append(
-            f"the serve line reserves {fmt_size(chosen.overhead_bytes, 'GiB')} per GPU beside the cache: {how}"
-        )
     length = mp.max_model_len
     target = cap.max_len_for(chosen.tokens, mp.target_concurrency, chosen.block_size) if mp.target_concurrency else None
     if target and (not length or target < length):
@@ -416,7 +413,7 @@ def _serve_command(req: PlanRequest, mp: ModelPlan, from_config: bool, tp_limit:
 
 
 def _split(
-    plan: Plan, req: PlanRequest, gpu_bytes: float, unit: str, overhead: float, tp_limit: int,
+    plan: Plan, req: PlanRequest, gpu_bytes: float, unit: str, overhead: float | None, tp_limit: int,
     space: tuple[float, str] | None,
 ) -> None:  # fmt: skip
     """Several models on one card: the fraction each gets, within --gpu-memory-utilization together."""

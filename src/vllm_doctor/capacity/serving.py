@@ -3,9 +3,9 @@ flags, the default overhead the line reserves, and the TP size that fits.
 
 The default overhead. vLLM measures three things at startup and subtracts them before the KV
 cache: the activation peak of a profiling forward pass, memory outside PyTorch (CUDA context,
-NCCL buffers) and, from 0.20, the CUDA-graph pool. The plan's steps count only what --overhead
-says (the seed's arithmetic); the serve line must start, so when --overhead is not given it
-reserves a stated default per GPU:
+NCCL buffers) and, from 0.20, the CUDA-graph pool. When --overhead is not given, the plan's
+steps and serve line reserve a stated default per GPU, the one check reserves (preflight/fit.py),
+so both give one verdict (--overhead 0GB: the seed's bare arithmetic):
 
 * activation peak: 1.5 GiB up to 10B parameters, 2.5 GiB up to 40B, 4 GiB above. vLLM's own
   profile lines for 8B models on 80 GB cards say 1.41 GiB ("PyTorch activation peak memory takes

@@ -203,7 +203,10 @@ _PromptLenOpt = Annotated[
 _SamplesOpt = Annotated[int, typer.Option("--samples", min=1, help="Parallel samples of that prompt (shared vs not).")]
 _OverheadOpt = Annotated[
     Optional[str],
-    typer.Option("--overhead", help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default 0)."),
+    typer.Option(
+        "--overhead",
+        help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default: the estimate check reserves; 0GB: none).",
+    ),
 ]
 
 

@@ -142,7 +142,8 @@ def corrected(facts: Facts, diagnoses: list[Diagnosis], shape: ModelShape | None
     change = f"{flag} {fix.value}" if fix.value is not None else flag
     if flag in startask.START_ENV:
         change = f"{flag}={fix.value}"
-    return Corrected(" ".join(words), top.rule, fix.rank, change)
+    note = startask.bind_note(get, env, world) if flag != startask.BIND else None
+    return Corrected(" ".join(words), top.rule, fix.rank, f"{change}; {note}" if note else change)
 
 
 def _getter(facts: Facts, items: list[tuple[str, str | None]]):

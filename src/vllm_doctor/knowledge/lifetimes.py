@@ -255,7 +255,9 @@ class Lifetimes:
                 _merge(head, life)
                 continue
             if head is not None and ((not head.kinds and _prelude(head)) or _pasted_above(head, life)):
-                _merge(life, head, before=True)  # import-time warnings, or the error pasted above its start
+                # import-time warnings, or the error pasted above its start; a prelude of facts only
+                # (the CPU build's import line) is the start's, but the start is still its banner
+                _merge(life, head, before=True, lines=bool(head.matches) or not _prelude(head))
                 out.remove(head)
             out.append(life)
         for i, life in enumerate(out, 1):
@@ -297,8 +299,9 @@ def _pasted_above(head: Lifetime, below: Lifetime) -> bool:
     return ended is None or started is None or ended >= started
 
 
-def _merge(into: Lifetime, other: Lifetime, before: bool = False) -> None:
-    """`other`'s facts, matches and lines into `into` (whose own facts win); `before`: other came first."""
+def _merge(into: Lifetime, other: Lifetime, before: bool = False, lines: bool = True) -> None:
+    """`other`'s facts, matches and lines into `into` (whose own facts win); `before`: other came
+    first; not `lines`: its lines do not move where `into` begins and ends."""
     for name, value in other.facts.values.items():
         if name not in into.facts.values:
             into.facts.values[name] = value
@@ -310,7 +313,7 @@ def _merge(into: Lifetime, other: Lifetime, before: bool = False) -> None:
     into.kinds |= other.kinds
     into.pids |= other.pids
     into.hosts |= other.hosts
-    ends = [x for x in (into.first, into.last, other.first, other.last) if x is not None]
+    ends = [x for x in (into.first, into.last, *((other.first, other.last) if lines else ())) if x is not None]
     into.first, into.last = (min(ends), max(ends)) if ends else (None, None)
     if before:
         into.started = other.started or into.started

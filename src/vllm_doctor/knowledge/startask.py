@@ -2,17 +2,17 @@
 StartQuery, the same command with a fix applied, and the re-ask every fix passes before it is shown.
 
 The log states the flags (non-default args), the backend, vLLM's KV space ("Explicitly set (1.0/..)
-GiB" is VLLM_CPU_KVCACHE_SPACE) and the budget of a GPU's cache ("available KV cache memory").
-What it does not state of the host (NUMA nodes, CPUs) is this machine's: the advice is for the
-host in front of you.
+GiB" is VLLM_CPU_KVCACHE_SPACE), the budget of a GPU's cache ("available KV cache memory") and, on
+the CPU backend, its host: the CPUs ("Reducing Torch threads from N", the OpenMP binding's core
+ids), the NUMA nodes allowed and the VLLM_CPU_OMP_THREADS_BIND it ran with. A bind string is cut
+from the log's host, never from the machine running vllm-doctor (another host, for someone else's
+log); where the log does not print its CPUs, the command turns the binding off (nobind) and says so.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from vllm_doctor.capacity.start import StartQuery
 
 GIB = 2**30
-NUMA_NODES = Path("/sys/devices/system/node")
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
 SPACE = "VLLM_CPU_KVCACHE_SPACE"
 # the variables of a start the corrected command carries as leading VAR=value words
@@ -32,7 +31,8 @@ READS = frozenset({
     "device", "max_model_len", "tp", "tensor_parallel_size", "pipeline_parallel_size", "kv_cache_dtype", "dtype",
     "block_size", "max_num_batched_tokens", "enable_prefix_caching", "disable_hybrid_kv_cache_manager",
     "kv_cache_memory_bytes", "num_gpu_blocks_override", "quantization", "vllm_version", "cpu_kvcache_space",
-    "kv_cache.explicit_gib", "available_gib", "kv_cache.available_gib", "allowed",
+    "kv_cache.explicit_gib", "available_gib", "kv_cache.available_gib", "allowed", "cpu.torch_threads",
+    "cpu.core_ids", "cpu.reserved_cpus", "cpu.omp_threads_bind",
 })  # fmt: skip
 # the flags a fix may change that the capacity model takes (others: nothing to re-ask)
 ASKED = {
@@ -42,6 +42,7 @@ ASKED = {
     "--pipeline-parallel-size": "pp",
 }  # fmt: skip
 
+SPLITS = ("--tensor-parallel-size", "--pipeline-parallel-size")  # fixes that move the weights per GPU
 _TP = ("tp-heads", "tp-kv-heads", "tp-vocab", "cpu-numa", "cpu-bind", "cache", "gpus")
 ADDRESSES = {  # the refusals a fix to this flag is for
     "--tensor-parallel-size": _TP, "--pipeline-parallel-size": ("pp-layers", "gpus", "cpu-numa", "cpu-bind"),
@@ -49,14 +50,6 @@ ADDRESSES = {  # the refusals a fix to this flag is for
     "--kv-cache-memory-bytes": ("cache",), "--num-gpu-blocks-override": ("cache",), "--quantization": ("cpu-fp8",),
     SPACE: ("cache", "cpu-kvcache-space"), BIND: ("cpu-numa", "cpu-bind"), "VLLM_ALLOW_LONG_MAX_MODEL_LEN": ("context",),
 }  # fmt: skip
-
-
-def host_numa_nodes() -> int | None:
-    return len(list(NUMA_NODES.glob("node[0-9]*"))) or None if NUMA_NODES.is_dir() else None
-
-
-def host_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def as_int(value: Any) -> int | None:
@@ -68,37 +61,69 @@ def as_int(value: Any) -> int | None:
 
 
 def log_env(get: Callable[..., Any]) -> dict[str, str]:
-    """The variables of the log's start that it states: the CPU backend's explicit KV space."""
+    """The variables of the log's start that it states: the CPU backend's explicit KV space and a
+    thread binding other than 'auto'."""
+    if str(get("device") or "").lower() != "cpu":
+        return {}
+    env = {}
     explicit = get("cpu_kvcache_space", "kv_cache.explicit_gib")
-    if str(get("device") or "").lower() == "cpu" and explicit is not None and not as_int(get("kv_cache_memory_bytes")):
-        return {SPACE: str(int(float(explicit)))}
-    return {}
+    if explicit is not None and not as_int(get("kv_cache_memory_bytes")):
+        env[SPACE] = str(int(float(explicit)))
+    bind = str(get("cpu.omp_threads_bind") or "auto").strip()
+    if bind not in ("", "auto"):
+        env[BIND] = bind
+    return env
 
 
 def numa_nodes(get: Callable[..., Any]) -> int | None:
-    allowed = get("allowed")  # "Allowed NUMA nodes are [0]"
-    return len([n for n in str(allowed).split(",") if n.strip()]) if allowed is not None else host_numa_nodes()
+    """The NUMA nodes the log's host allowed ("Allowed NUMA nodes are [0]"); None where it does not say."""
+    allowed = get("allowed")
+    return len([n for n in str(allowed).split(",") if n.strip()]) if allowed is not None else None
+
+
+def log_cpus(get: Callable[..., Any]) -> int | None:
+    """The CPUs of the log's host as it prints them: torch's threads before vLLM reduced them, or
+    past the highest CPU id its OpenMP binding named; None where it prints neither."""
+    ids = [
+        int(x)
+        for n in ("cpu.core_ids", "cpu.reserved_cpus")
+        for x in str(get(n) or "").split(",")
+        if x.strip().isdigit()
+    ]
+    known = [n for n in (as_int(get("cpu.torch_threads")), max(ids) + 1 if ids else None) if n]
+    return max(known) if known else None
+
+
+def bind_note(get: Callable[..., Any], env: dict[str, str], world: int) -> str | None:
+    """What the corrected command's thread binding assumes, where it added one."""
+    if world < 2 or env.get(BIND) in (None, log_env(get).get(BIND)):
+        return None
+    cpus = log_cpus(get)
+    if env[BIND] != "nobind":
+        return f"{BIND}={env[BIND]} cut from the {cpus} CPUs the log's host has"
+    if cpus is None:
+        return f"{BIND}=nobind: the log prints no CPUs of its host to cut a bind string from"
+    return f"{BIND}=nobind: the log's host has {cpus} CPUs for {world} ranks"
 
 
 def fix_env(get: Callable[..., Any], env: dict[str, str], flag: str, value: str | None, world: int) -> dict[str, str]:
     """The environment of the command with the fix applied: the fix's own variable, and on the CPU
-    backend a bind string sized to this host's CPUs for ranks the NUMA nodes cannot each take."""
+    backend a bind string cut from the log's host's CPUs for ranks its NUMA nodes cannot each take."""
     env = dict(env)
     if flag in START_ENV and value is not None:
         env[flag] = str(value)
     if str(get("device") or "").lower() == "cpu":
-        _bind(env, world, numa_nodes(get), host_cpus())
+        _bind(env, world, numa_nodes(get), log_cpus(get))
     return env
 
 
-def _bind(env: dict[str, str], world: int, nodes: int | None, cpus: int) -> None:
-    """VLLM_CPU_OMP_THREADS_BIND for `world` CPU ranks when 'auto' would need more NUMA nodes than there are."""
+def _bind(env: dict[str, str], world: int, nodes: int | None, cpus: int | None) -> None:
+    """VLLM_CPU_OMP_THREADS_BIND for `world` CPU ranks when 'auto' may need more NUMA nodes than
+    there are (unknown: one): a CPU list per rank of the host's CPUs, else no binding at all."""
     from vllm_doctor.capacity.start import bind_string
 
     if world > 1 and env.get(BIND, "auto") == "auto" and (nodes or 1) < world:
-        bind = bind_string(cpus, world)
-        if bind:
-            env[BIND] = bind
+        env[BIND] = (bind_string(cpus, world) if cpus else None) or "nobind"
 
 
 def query(get: Callable[..., Any], shape: ModelShape | None) -> StartQuery | None:
@@ -123,16 +148,18 @@ def query(get: Callable[..., Any], shape: ModelShape | None) -> StartQuery | Non
         as_int(get("pipeline_parallel_size")) or 1, get("kv_cache_dtype"), get("dtype"), as_int(get("block_size")),
         as_int(get("max_num_batched_tokens")), get("enable_prefix_caching") is not False,
         not get("disable_hybrid_kv_cache_manager"), bytes_given, as_int(get("num_gpu_blocks_override")),
-        get("quantization"), env, budget, get("vllm_version") or start.DEFAULT_VERSION, nodes, host_cpus(),
+        get("quantization"), env, budget, get("vllm_version") or start.DEFAULT_VERSION, nodes, log_cpus(get),
     )  # fmt: skip
     if printed is not None:  # the printed figure is the budget less one block
         q.budget_bytes = (q.budget_bytes or 0) + start.layout_of(q).page_bytes
     return q
 
 
-def with_fix(q: StartQuery, flag: str, value: str | None) -> StartQuery | None:
+def with_fix(q: StartQuery, flag: str, value: str | None, weights_gib: Any = None) -> StartQuery | None:
     """The same start with the fix applied (None: a fix the model does not take). A TP above 1 on
-    the CPU backend without NUMA nodes for its ranks gets a bind string sized to this host's CPUs."""
+    the CPU backend without NUMA nodes for its ranks gets a bind string cut from the log's host's
+    CPUs (nobind where the log does not print them); another split on a GPU, the cache per GPU that
+    split leaves (split_budget), where the log says the weights per GPU."""
     env = dict(q.env)
     if flag in START_ENV:
         env[flag] = str(value)
@@ -146,20 +173,44 @@ def with_fix(q: StartQuery, flag: str, value: str | None) -> StartQuery | None:
     changes: dict[str, Any] = {field: new}
     fixed = replace(q, **changes, env=env)
     if field in ("tp", "pp") and q.backend != "cpu":
-        fixed.budget_bytes = None  # another split of the weights: the budget per GPU is not known from the log
+        fixed.budget_bytes = split_budget(q, fixed, weights_gib)
     if q.backend == "cpu":
-        _bind(fixed.env, fixed.tp * fixed.pp, q.numa_nodes, q.cpus or host_cpus())
+        _bind(fixed.env, fixed.tp * fixed.pp, q.numa_nodes, q.cpus)
     return fixed
+
+
+def split_budget(q: StartQuery, fixed: StartQuery, weights_gib: Any) -> float | None:
+    """The cache per GPU at another TP x PP: the log's budget, plus the weights per GPU the split
+    frees (less what a smaller one adds), less the 0.5 GiB of non-torch memory (NCCL) TP past 1
+    adds (capacity/serving.py's default); None where the log gives no budget or no weights per GPU."""
+    weights = _number(weights_gib)
+    if q.budget_bytes is None or not weights:
+        return None
+    per_gpu = weights * GIB
+    old, new = q.tp * q.pp, fixed.tp * fixed.pp
+    nccl = 0.5 * GIB if q.tp == 1 < fixed.tp else -0.5 * GIB if fixed.tp == 1 < q.tp else 0.0
+    return q.budget_bytes + per_gpu - per_gpu * old / new - nccl
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None and value is not False else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _values_get(values: dict[str, Any]) -> Callable[..., Any]:
+    return lambda *names: next((values[n] for n in names if values.get(n) is not None), None)
 
 
 def reask(flag: str | None, value: str | None, values: dict[str, Any], shape: ModelShape | None) -> str | None:
     """Why the command with this fix still does not start, or None (it starts, or cannot be asked)."""
     if not flag or shape is None:
         return None
-    q = query(lambda *names: next((values[n] for n in names if values.get(n) is not None), None), shape)
+    q = query(_values_get(values), shape)
     if q is None:
         return None
-    fixed = with_fix(q, flag, value)
+    fixed = with_fix(q, flag, value, values.get("weights_gib"))
     if fixed is None:
         return None
     from vllm_doctor.capacity.start import ask
@@ -175,12 +226,20 @@ def reask(flag: str | None, value: str | None, values: dict[str, Any], shape: Mo
 
 @check(
     reads=READS | {"free_gib", "needed_gib", "workers"},
-    returns={"kvcache_space_needed", "kvcache_space_below_free", "start_unfixable", "start_refused", "cpu_bind_string"},
+    returns={
+        "kvcache_space_needed",
+        "kvcache_space_below_free",
+        "start_unfixable",
+        "start_refused",
+        "cpu_bind_string",
+        "cpu_bind_why",
+        "log_cpus",
+    },
 )
 def start_model(inp: CheckInput) -> CheckResult:
     """The capacity model's answer for the log's command: whether it starts and why not, whether any
     change can start it; on the CPU backend the whole-GiB VLLM_CPU_KVCACHE_SPACE it needs and a bind
-    string for its ranks on this host's CPUs."""
+    string for its ranks cut from the log's host's CPUs (or why none can be cut)."""
     from vllm_doctor.capacity import start
 
     out: dict[str, Any] = {}
@@ -203,25 +262,42 @@ def start_model(inp: CheckInput) -> CheckResult:
     if free is not None and (need or 1) < float(free):
         out["kvcache_space_below_free"] = max(need or 1, int(float(free) // 2))
     world = as_int(inp.get("workers")) or (q.tp * q.pp if q else as_int(inp.get("tp", "tensor_parallel_size")) or 1)
-    bind = start.bind_string(host_cpus(), world) if world > 1 else None
+    cpus = log_cpus(inp.get)
+    bind = start.bind_string(cpus, world) if world > 1 and cpus else None
     if bind:
-        out["cpu_bind_string"] = bind
+        out["cpu_bind_string"], out["log_cpus"] = bind, cpus
+    elif world > 1:
+        out["cpu_bind_why"] = (f"the log's host has {cpus} CPUs for {world} ranks" if cpus
+                               else "the log prints no CPUs of its host to cut a bind string from")  # fmt: skip
     return CheckResult(out)
 
 
 def figures(flag: str | None, value: str | None, values: dict[str, Any], shape: ModelShape | None) -> str | None:
-    """The before/after figures of a fix that the re-ask says starts: what refused, and the cache after."""
-    if not flag or value is None or shape is None:
+    """The before/after figures of a fix that the re-ask says starts: what refused, and the cache
+    after; for another split on a GPU that could not be asked for its cache, what it assumes."""
+    if not flag or value is None:
         return None
+    if shape is None:
+        return _assumes(flag, value, values, "no model config to ask (pass --config)")
     from vllm_doctor.capacity.start import ask
 
-    q = query(lambda *names: next((values[n] for n in names if values.get(n) is not None), None), shape)
-    fixed = with_fix(q, flag, value) if q is not None else None
+    q = query(_values_get(values), shape)
+    fixed = with_fix(q, flag, value, values.get("weights_gib")) if q is not None else None
     if q is None or fixed is None:
         return None
+    if fixed.budget_bytes is None and flag in SPLITS and q.backend != "cpu":
+        return _assumes(flag, value, values, "the log gives no KV budget and weights per GPU to move to it")
     before, after = ask(q), ask(fixed)
     if after.starts is not True or before.starts is not False or after.capacity is None:
         return None
     c = after.capacity
     return (f"Re-checked: before, {before.refusals[0][1]}; with it, the start passes "
             f"({c.tokens:,} KV tokens; one {after.max_model_len:,}-token sequence needs {c.needed_gib} of {c.available_gib} GiB).")  # fmt: skip
+
+
+def _assumes(flag: str, value: str, values: dict[str, Any], why: str) -> str | None:
+    """What a TP or PP fix on a GPU takes on trust where it cannot be asked again."""
+    if flag not in SPLITS or str(values.get("device") or "").lower() == "cpu":
+        return None
+    return (f"Not re-checked for the cache: {why}; it assumes {value} GPUs each with this one's memory, "
+            "each holding its share of the weights and KV heads.")  # fmt: skip

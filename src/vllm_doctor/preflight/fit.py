@@ -124,10 +124,13 @@ def _gpu_fit(ctx: Context) -> list[Finding]:
                             gpus=len(ctx.visible))  # fmt: skip
     if q.max_num_batched_tokens is None:  # `vllm serve`'s default for this GPU size, as plan counts it
         q.max_num_batched_tokens = kvcache.serve_batched_tokens(total)
-    return [_gpu_verdict(ctx, mp, b, start.ask(q), start.longest(q) or 0, length_from, overhead_work)]
+    return [_gpu_verdict(ctx, mp, b, q, start.longest(q) or 0, length_from, overhead_work)]
 
 
-def _gpu_verdict(ctx: Context, mp, b, answer, longest: int, length_from: str, overhead_work: str) -> Finding:
+def _gpu_verdict(ctx: Context, mp, b, q, longest: int, length_from: str, overhead_work: str) -> Finding:
+    from vllm_doctor.capacity import start
+
+    answer = start.ask(q)
     lay, length, total = answer.layout, answer.max_model_len or 0, b.total_bytes
     needed = answer.capacity.needed_bytes if answer.capacity else 0
     page = lay.page_bytes if lay else b.block_size * b.bytes_per_token
@@ -141,20 +144,34 @@ def _gpu_verdict(ctx: Context, mp, b, answer, longest: int, length_from: str, ov
     if answer.starts:
         margin = b.cache_bytes - needed - page
         if margin < TIGHT_MARGIN:
-            return found("check-cache-oom-tight", numbers, **words, **_fix_values(ctx, mp, b, length),
+            return found("check-cache-oom-tight", numbers, **words, **_fix_values(ctx, mp, b, length, q),
                          margin_size=fmt_size(max(margin, 0), "GiB"))  # fmt: skip
         return found("check-kv-cache-fits-gpu", numbers, **words, kv_tokens=answer.tokens or 0,
                      sequences=int(answer.capacity.concurrency) if answer.capacity else 0)  # fmt: skip
     rule = "check-weights-oom" if b.weights_per_gpu >= total * b.utilization else "check-cache-oom-gpu"
-    return found(rule, numbers, **words, **_fix_values(ctx, mp, b, length))
+    return found(rule, numbers, **words, **_fix_values(ctx, mp, b, length, q))
 
 
-def _fix_values(ctx: Context, mp, b, length: int) -> dict:
+def tp_that_fits(mp, b, q) -> int | None:
+    """The smallest valid TP above this one at which the command, asked again (capacity/start.py),
+    starts: each GPU holds 1/TP of the weights and its share of the KV heads, and reserves the
+    default overhead at that TP (the non-torch memory grows past TP 1); the visible GPUs bound it."""
+    from vllm_doctor.capacity import serving, start
+
+    for t in sorted(s for s in mp.valid_tp_sizes if s > b.tp):
+        overhead, _work = serving.default_overhead(b.total_bytes, mp.shape.params or 0, t)
+        at = dataclasses.replace(b, tp=t, overhead_bytes=overhead,
+                                 bytes_per_token=cap.kv_bytes_per_token(mp.shape, mp.element_bytes, t))  # fmt: skip
+        if start.ask(dataclasses.replace(q, tp=t, budget_bytes=max(at.cache_bytes, 0))).starts:
+            return t
+    return None
+
+
+def _fix_values(ctx: Context, mp, b, length: int, q) -> dict:
     """The numbers the fit rules' fixes offer; one left out (None) drops its fix."""
     total = b.total_bytes
     want = cap.utilization_needed(b.utilization, b.bytes_for(1, length), total * b.utilization, total)
-    tp = cap.smallest_tp_that_fits(mp.shape, mp.element_bytes, length, b.block_size, b.cache_bytes,
-                                   b.weights_per_gpu, b.tp, mp.valid_tp_sizes)  # fmt: skip
+    tp = tp_that_fits(mp, b, q)
     return {"utilization_needed": want if b.utilization < want <= cap.SAFE_UTILIZATION else None,
             "kv_fp8_helps": (ctx.args.text("kv_cache_dtype") or "auto") == "auto" and not mp.shape.use_mla,
             "tp_that_fits": tp or None}  # fmt: skip
