@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from itertools import accumulate, compress, pairwise
+from math import isnan
+from operator import add
 from typing import Any
 
 from vllm_doctor.data import Line
@@ -157,26 +161,13 @@ def convert(kind: type, value: Any) -> Any:
     return text
 
 
-def number(text: str) -> int | float | str:
-    """A captured group as a number when it reads as one ('8,192' -> 8192)."""
-    t = text.replace(",", "").strip()
-    try:
-        return int(t)
-    except ValueError:
-        pass
-    try:
-        value = float(t)
-    except ValueError:
-        return text.strip()
-    return value if value - value == 0 else text.strip()  # 1e999, nan and 5000-digit runs stay text
-
-
 # The stats series as points a picture can draw: each kept point is one stats sample as vLLM
 # printed it (its line, its time, running, waiting, KV usage, preemptions), never an average.
 # Bounded however long the log is: past POINTS_KEPT points, neighbours are paired and the busier of each
 # pair stays (the one with more waiting, then more KV usage), so a queue's peak survives thinning;
 # the latest sample always stays, since the failure is at the end.
 POINTS_KEPT = 240
+MANY = 64  # samples read as columns from this many on (StatsSeries.add_many): fewer cost less one by one
 POINT_FIELDS = ("running", "waiting", "kv_usage_pct", "preemptions")
 # a line's time: vLLM's own, after the level ("INFO 11-30 01:58:49"), preferred to a collector's
 # timestamp at the head of the line; knowledge/lifetimes.py dates lifetimes by the same rule
@@ -291,6 +282,68 @@ class StatsSeries:
         if self.first_line is None:
             self.first_line = line
 
+    def add_many(self, cols: dict[str, list], lines: list[int], source: int, text: Callable[[int], str]) -> None:
+        """Samples as columns (field -> values, None where one lacks it), in order: add() on each, by
+        builtins over whole columns. text(j), sample j's text, is asked of the points and evidence only."""
+        n, none = len(lines), [None] * len(lines)
+        running, waiting, kv, prompt, gen, preempt = (
+            cols.get(k, none) for k in ("running", "waiting", "kv_usage_pct", "prompt_tps", "gen_tps", "preemptions")
+        )
+        odd = None in running or cols.get("preempted", none).count(None) < n or any(map(isnan, filter(None, kv)))
+        if n < MANY or odd:  # a few, or a V0 hit-rate line, a preemption warning or a NaN among them: one by one
+            for j in range(n):
+                self.add({k: v[j] for k, v in cols.items() if v[j] is not None}, lines[j], source, text(j))
+            return
+        self.samples += n
+        self.first_line = lines[0] if self.first_line is None else self.first_line
+        self.last = (lines[-1], source, {k: v[-1] for k, v in cols.items() if v[-1] is not None})
+        self._points(cols, lines, source, text)
+        for name, field_ in (("running", "running_max"), ("waiting", "waiting_max"), ("kv_usage_pct", "kv_usage_max_pct"),
+                             ("swapped", "swapped_max"), ("deferred", "deferred_max")):  # fmt: skip
+            setattr(self, field_, _max(getattr(self, field_), _top(max, cols.get(name, none))))
+        if preempt.count(None) < n:
+            self.preemptions = (self.preemptions or 0) + sum(filter(None, preempt))
+        self.prompt_samples += sum(map(bool, prompt))
+        rates = [p for p, t in zip(cols.get("prefix_hit_pct", none), prompt, strict=True) if p is not None and t != 0.0]
+        self.prefix_traffic_samples += len(rates)
+        self.prefix_hit_last_pct = rates[-1] if rates else self.prefix_hit_last_pct
+        wait = list(compress(range(n), waiting))
+        self.waiting_samples += len(wait)
+        self.waiting_kv_max_pct = _max(self.waiting_kv_max_pct, _top(max, [kv[j] for j in wait]))
+        self.waiting_running_min = _min(self.waiting_running_min, _top(min, [running[j] for j in wait]))
+        self.waiting_running_max = _max(self.waiting_running_max, _top(max, [running[j] for j in wait]))
+        idle = [j for j in wait if running[j] == 0 or (gen[j] == 0.0 and prompt[j] in (0.0, None))]
+        full = [j for j in wait if kv[j] is not None and kv[j] >= KV_NEAR_FULL_PCT]
+        self.waiting_idle, self.waiting_full = self.waiting_idle + len(idle), self.waiting_full + len(full)
+        self.idle_run = _runs(idle, n, self.idle_run)[0]
+        self.full_run, longest = _runs(full, n, self.full_run)
+        self.full_run_max = max(self.full_run_max, longest)
+        told = wait if not any(preempt) else [j for j in range(n) if waiting[j] or preempt[j]]
+        self.evidence.extend((lines[j], source, text(j)) for j in told[: max(0, 40 - len(self.evidence))])
+
+    def _points(self, cols: dict[str, list], lines: list[int], source: int, text: Callable[[int], str]) -> None:
+        """keep_point() of each sample at once: its thinning pairs by count alone (run on group sizes),
+        a group keeps its busiest, the first on a tie (one max()); only those are made points."""
+        old, n, none = len(self.points), len(lines), [None] * len(lines)
+        keys = [_busy(p) for p in self.points]
+        keys += zip([w or 0 for w in cols.get("waiting", none)], [k or 0.0 for k in cols.get("kv_usage_pct", none)],
+                    strict=True)  # fmt: skip
+        sizes, j = [1] * old, 0
+        while j < n:  # filled to POINTS_KEPT + 1, then halved pair by pair, the last one aside
+            take = max(1, POINTS_KEPT + 1 - len(sizes))
+            sizes += [1] * min(take, n - j)
+            j += take
+            if len(sizes) > POINTS_KEPT:
+                last, even = sizes.pop(), len(sizes) & ~1
+                sizes = [*map(add, sizes[0:even:2], sizes[1:even:2]), *sizes[even:], last]
+        ends = list(accumulate(sizes, initial=0))
+        kept = [max(range(a, b), key=keys.__getitem__) for a, b in pairwise(ends)]
+        fields = [(k, cols.get(k, none)) for k in POINT_FIELDS]  # (the kept points come first, then the samples)
+        made = [
+            point({k: v[j] for k, v in fields}, lines[j], source, text(j)) for j in [i - old for i in kept if i >= old]
+        ]
+        self.points[:] = [*(self.points[i] for i in kept if i < old), *made]
+
     def _v0_prefix(self, pct: float) -> None:
         """V0's hit rate (cumulative since start) completes the stats sample before it: a rate
         only where that interval processed prompts."""
@@ -330,6 +383,20 @@ def _max(a, b):
     if b is None:
         return a
     return b if a is None or b > a else a
+
+
+def _top(pick, values: list):
+    """max or min of the values that are not None (None when none is)."""
+    unknown = values.count(None)
+    known = values if not unknown else [v for v in values if v is not None] if unknown < len(values) else ()
+    return pick(known, default=None)
+
+
+def _runs(marked: list[int], n: int, before: int) -> tuple[int, int]:
+    """(the run at the end, the longest run) of the marked samples of n, the run `before` going on."""
+    parts = bytes(map(set(marked).__contains__, range(n))).split(b"\0")
+    head = before + len(parts[0])
+    return (len(parts[-1]) if len(parts) > 1 else head), max(head, *map(len, parts[1:]))
 
 
 def _min(a, b):
@@ -420,28 +487,10 @@ class Facts:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "vllm_version": None,
-            "model": None,
-            "max_model_len": None,
-            "tensor_parallel_size": None,
-            "gpu_memory_utilization": None,
-            "num_attention_heads": None,
-            "weights_gib": None,
-            "kv_cache": {
-                k: None
-                for k in (
-                    "gpu_blocks",
-                    "cpu_blocks",
-                    "block_size",
-                    "tokens",
-                    "max_concurrency",
-                    "concurrency_tokens",
-                    "available_gib",
-                    "estimated_max_model_len",
-                )
-            },
-        }
+        out: dict[str, Any] = dict.fromkeys(("vllm_version", "model", "max_model_len", "tensor_parallel_size"))
+        out.update(dict.fromkeys(("gpu_memory_utilization", "num_attention_heads", "weights_gib")))  # null if unsaid
+        kv = ("gpu_blocks", "cpu_blocks", "block_size", "tokens", "max_concurrency", "concurrency_tokens")
+        out["kv_cache"] = dict.fromkeys((*kv, "available_gib", "estimated_max_model_len"))
         for name, value in sorted(self.values.items()):
             node = out
             *parents, leaf = name.split(".")

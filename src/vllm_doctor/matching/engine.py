@@ -7,11 +7,12 @@ neighbours (up to five lines on), which undoes terminal hard-wraps and split mes
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from vllm_doctor.data import EVIDENCE_CHARS, Line, Match, Rule, cut_evidence
-from vllm_doctor.facts import ARGS, SERIES_FIELDS, Facts, convert, number
+from vllm_doctor.facts import ARGS, MANY, SERIES_FIELDS, Facts, convert
 from vllm_doctor.matching.loader import compile_regex
 from vllm_doctor.read import bulk, lineparse
 from vllm_doctor.read.bulk import Family
@@ -109,6 +110,10 @@ class Engine:
         the run and told the last (_end_run), which is the state asking for each gives."""
         index, text, found, last = item.taken
         done = covered.get(index)
+        if isinstance(text, bulk.Columns):
+            self._columns(index, text, bisect_right(text.nos, done[1]) if done and done[0] == item.source else 0,
+                          item.source, facts, covered)  # fmt: skip
+            return
         if done and done[0] == item.source and item.no <= done[1]:
             return
         key = lineparse.plain_key(text)
@@ -132,6 +137,31 @@ class Engine:
                 _fill_facts(rule, {group: value}, line, run[1], times)
             run[3] = _filled_line(last[0], item.source, last[1])
         covered[index] = (item.source, run[3].no)
+
+    def _columns(self, index: int, batch: bulk.Columns, j: int, source: int, facts: Facts, covered) -> None:
+        """A batch of a read family's lines from line j on, as _bulk reads each: a run per
+        process (the lines that share a prefix), its facts filled a column at a time."""
+        rule, n = self.rules[index], len(batch.nos)
+        while j < n:
+            text = batch.text(j)
+            key = lineparse.plain_key(text)
+            prefix, k = (key or "").encode(), j + 1
+            while k < n and batch.lines[k].startswith(prefix):  # (a form's line has its key as its prefix)
+                k += 1
+            run = self._run
+            started = run is None or run[0] != (index, source, key)
+            if started:
+                self._end_run()
+                line = _plain_line(batch.nos[j], source, text)[0]
+                if self._router is not None:
+                    facts = self._router.route(rule, line)[0]
+                run = self._run = [(index, source, key), facts, line, line]
+            assert run is not None
+            _fill_columns(rule, batch, j, k, source, run[1])
+            if k - j > 1 or not started:  # a run's first line alone is its last: routed once
+                run[3] = _filled_line(batch.nos[k - 1], source, batch.text(k - 1))
+            covered[index] = (source, batch.nos[k - 1])
+            j = k
 
     def _end_run(self) -> None:
         run, self._run = self._run, None
@@ -245,6 +275,48 @@ def _fill_facts(rule: Rule, groups: dict[str, str], line: Line, facts: Facts, ti
                 facts.set(name, value, line.no)
     if rule.phase:
         facts.phases.append((line.no, line.source, rule.phase, line.process))
+
+
+def _fill_columns(rule: Rule, batch: bulk.Columns, j: int, k: int, source: int, facts: Facts) -> None:
+    """_fill_facts of the batch's lines j..k-1: a stats rule's columns converted whole and given
+    to the series at once; a few lines, or any other rule's (or one naming a field twice), one by one."""
+    named = [(rule.facts[g], values) for g, values in batch.groups.items() if rule.facts.get(g)]
+    if rule.series != "stats" or k - j < MANY or len({name for name, _ in named}) < len(named):
+        for i in range(j, k):
+            groups = {g: v[i].decode() for g, v in batch.groups.items() if v[i] is not None}
+            _fill_facts(rule, groups, _filled_line(batch.nos[i], source, batch.text(i)), facts)
+        return
+    kinds = SERIES_FIELDS["stats"]
+    cols = {name: convert_column(kinds[name], values[j:k]) for name, values in named}
+    facts.stats.add_many(cols, batch.nos[j:k], source, lambda i: batch.text(j + i).strip()[: EVIDENCE_CHARS + 1])
+
+
+def number(text: str) -> int | float | str:
+    """A captured group as a number when it reads as one ('8,192' -> 8192)."""
+    t = text.replace(",", "").strip()
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        value = float(t)
+    except ValueError:
+        return text.strip()
+    return value if value - value == 0 else text.strip()  # 1e999, nan and 5000-digit runs stay text
+
+
+def convert_column(kind: type, values: Sequence[Any]) -> list[Any]:
+    """convert() over a column of captured bytes (None where the group took no part): one builtin
+    over the whole column where every value is a plain number, as convert() would read each."""
+    if None not in values and b"" not in values:
+        try:
+            if kind is float:
+                return list(map(float, values))
+            if kind is int and max(map(len, values)) <= 15 and b"".join(values).isdigit():
+                return list(map(int, values))
+        except ValueError:
+            pass
+    return [None if v is None else convert(kind, v.decode()) for v in values]
 
 
 def _windows(prev: Line | None, line: Line, nexts: list[Line], floor: int) -> Iterator[list[Line]]:

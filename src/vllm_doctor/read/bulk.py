@@ -14,6 +14,7 @@ line, as any other.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -46,25 +47,39 @@ def compile_form(text: str) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
     return re.compile(head + rb"(?:" + rest + rb")(?m:$)"), re.compile(head + rb"(?:" + plain + rb")(?m:$)")
 
 
-def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> list[Family] | None:
+class Present(list):
+    """The families present in a covered region (a list of them), and each read family's lines
+    in it, found once: key -> (matches, their starts, their bytes), in order."""
+
+    found: dict[int, tuple[list[re.Match[bytes]], list[int], list[bytes]]]
+
+
+def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Present | None:
     """The families whose lines buf[lo:cut] holds, when every anchor of the families in it lies
     in a line of its family's form and no such line holds another family's anchor; else None.
-    A family none of whose anchors occur costs a byte count per anchor, not a scan."""
+    A family none of whose anchors occur costs a byte search per anchor, not a scan."""
     region = bytes(buf[lo:cut])
-    counts = {a: region.count(a) for f in families for a in f.anchors}
-    present = [f for f in families if any(counts[a] for a in f.anchors)]
+    present = Present(f for f in families if any(a in region for a in f.anchors))
+    present.found = {}
     for f in present:
-        lines = b"\n".join(f.whole.findall(region))  # (no anchor holds a newline)
-        if any(lines.count(a) != counts[a] for a in f.anchors):
-            return None
+        if f.counted:  # every anchor as often in its lines as in the region
+            lines = b"\n".join(f.whole.findall(region))  # (no anchor holds a newline)
+            if any(lines.count(a) != region.count(a) for a in f.anchors):
+                return None
+        else:  # none of its anchors in the bytes between its lines; the matches kept for entries()
+            ms = list(f.form.finditer(buf, lo, cut))
+            starts, texts = list(map(re.Match.start, ms)), list(map(re.Match.group, ms))
+            between = b"\n".join(map(buf.__getitem__, map(slice, [lo, *map(re.Match.end, ms)], [*starts, cut])))
+            if any(a in between for a in f.anchors):
+                return None
+            present.found[f.key] = (ms, starts, texts)
+            lines = b"\n".join(texts)
         if any(a in lines for g in present if g is not f for a in g.anchors):
             return None
     return present
 
 
-def entries(
-    buf: bytearray, lo: int, cut: int, base: int, families: list[Family], spans: dict[int, tuple[int, int, bool]]
-):
+def entries(buf: bytearray, lo: int, cut: int, base: int, families: Present, spans: dict[int, tuple[int, int, bool]]):
     """(line no, what the line or run is, (), None) for the families' lines of buf[lo:cut] (a
     covered region, `base` lines before it), in order. spans: line no -> (start, end, hit) of the
     lines picked in the region: a run never spans one, a picked context line of a family's form
@@ -80,6 +95,9 @@ def entries(
             _gap(buf, start, end + 1, families, cursor, out)
         pos = end + 1
     _gap(buf, pos, cut, families, cursor, out)
+    for entry in out:
+        if isinstance(entry[1][1], Columns):
+            entry[1][1].fill()  # (before the buffer is reused)
     return out
 
 
@@ -89,25 +107,76 @@ def _no(buf: bytearray, at: int, cursor: list[int]) -> int:
     return cursor[1] + 1
 
 
-def _gap(buf: bytearray, a: int, b: int, families: list[Family], cursor: list[int], out: list) -> None:
-    """The families' lines of buf[a:b] (whole lines): each line of a read family; the counted
-    family's lines between two of those as one run."""
+def _gap(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], out: list) -> None:
+    """The families' lines of buf[a:b] (whole lines): a read family's lines in column batches
+    (Columns), a batch ended by another family's line; the counted family's lines between two
+    of those as one run."""
     if a >= b:
         return
-    marks = sorted((m for f in families if not f.counted for m in f.form.finditer(buf, a, b)), key=re.Match.start)
-    keys = {f.form: f.key for f in families}
-    pos = a
-    for m in marks:
-        _runs(buf, pos, m.start(), families, cursor, out)
-        groups = {k: v.decode() for k, v in m.groupdict().items() if v is not None}
-        key = keys[m.re]
-        out.append((_no(buf, m.start(), cursor), (key, m.group().decode(), [groups], None), (), None))
+    read = []
+    for f in families:
+        if not f.counted:
+            ms, starts, lines = families.found[f.key]
+            i, k = bisect_left(starts, a), bisect_left(starts, b)
+            read.append((f, ms[i:k], lines[i:k]))
+    if len(read) == 1 and read[0][1]:
+        f, ms, lines = read[0]
+        first, end = ms[0].start(), ms[-1].end()
+        if buf.count(b"\n", first, end) == len(ms) - 1:  # every line between is one of them
+            _runs(buf, a, first, families, cursor, out)
+            no = _no(buf, first, cursor)
+            out.append((no, (f.key, Columns(ms, list(range(no, no + len(ms))), lines), None, None), (), None))
+            _runs(buf, end, b, families, cursor, out)
+            return
+    found = sorted(
+        ((m.start(), m, t, f.key) for f, ms, lines in read for m, t in zip(ms, lines, strict=True)), key=_first
+    )
+    pos, no, batch_key = a, 0, -1
+    batch: Columns | None = None
+    for start, m, text, key in found:
+        if start - pos > 1 and _runs(buf, pos, start, families, cursor, out):
+            batch = None  # a run between: the batch before it is done
+        no = no + 1 if batch is not None and start - pos == 1 else _no(buf, start, cursor)
+        if batch is None or key != batch_key:
+            batch, batch_key = Columns([], [], []), key
+            out.append((no, (key, batch, None, None), (), None))
+        batch.matches.append(m)
+        batch.nos.append(no)
+        batch.lines.append(text)
         pos = m.end()
     _runs(buf, pos, b, families, cursor, out)
 
 
-def _runs(buf: bytearray, a: int, b: int, families: list[Family], cursor: list[int], out: list) -> None:
-    """The counted family's lines of buf[a:b] as one run (the engine makes one such family)."""
+def _first(entry: tuple) -> int:
+    return entry[0]
+
+
+class Columns:
+    """A batch of one read family's lines, in order, as columns: the line numbers, each line's
+    bytes, and per group of the form its values (bytes, None where it did not take part), made
+    from the matches by fill() before the buffer is reused."""
+
+    __slots__ = ("matches", "nos", "lines", "groups")
+
+    def __init__(self, matches: list[re.Match[bytes]], nos: list[int], lines: list[bytes]):
+        self.matches = matches
+        self.nos = nos
+        self.lines = lines
+        self.groups: dict[str, tuple] = {}
+
+    def fill(self) -> None:
+        ms, self.matches = self.matches, []
+        columns = list(zip(*map(re.Match.groups, ms), strict=True))
+        self.groups = {name: columns[i - 1] for name, i in ms[0].re.groupindex.items()}  # groupdict()'s order
+
+    def text(self, j: int) -> str:
+        return self.lines[j].decode()
+
+
+def _runs(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], out: list) -> bool:
+    """The counted family's lines of buf[a:b] as one run (the engine makes one such family);
+    whether there were any."""
+    before = len(out)
     for f in families:
         if not f.counted or a >= b:
             continue
@@ -121,6 +190,7 @@ def _runs(buf: bytearray, a: int, b: int, families: list[Family], cursor: list[i
         last_no = _no(buf, last.start(), cursor)
         run = {k.decode(): n for k, n in Counter(values).items()}
         out.append((no, (f.key, first.group().decode(), run, (last_no, last.group().decode())), (), None))
+    return len(out) > before
 
 
 def _last(rx: re.Pattern[bytes], buf: bytearray, a: int, b: int) -> re.Match[bytes] | None:
