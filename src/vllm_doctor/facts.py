@@ -447,8 +447,7 @@ class Facts:
 
     def set(self, name: str, value: Any, line: int = 0) -> None:
         value = convert(FACTS[name], value)
-        if name == "device" and value is not None:
-            value = value.lower()  # vLLM's own spelling (device_config=cpu); the CPU build's banner says "CPU"
+        value = value.lower() if name == "device" and value else value  # "CPU" in the banner; device_config=cpu
         if name == DRAFT:
             self.draft_at = line
         elif name == "max_model_len" and self.draft_at is not None and name in self.values and line > self.draft_at:
