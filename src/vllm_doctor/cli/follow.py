@@ -71,9 +71,9 @@ def follow(fd: int, rules: list[Rule], options: Options, say: Callable[[str], No
     with Spool() as spool, _Looks(spool, lambda path: pipeline.explain([path], rules, interim), say) as looks:
         due = interrupted = False
         try:
-            with _sigterm_interrupts():
+            with _stop_on_signals() as stop:
                 while True:
-                    chunk = _next(fd, source, looks.wait(due))
+                    chunk = _next(fd, source, looks.wait(due), stop)
                     looks.collect()
                     if chunk is None:  # quiet after candidate lines (or a look to collect): look now
                         due = due and not looks.start()
@@ -190,20 +190,23 @@ class _Looks:
         return int(min(most, max(LEAST_TAIL, seconds / self.pace - head)))
 
 
-def _next(fd: int, source, wait: float | None) -> bytes | None:
+def _next(fd: int, source, wait: float | None, stop: list[bool]) -> bytes | None:
     """The next chunk; b"" at the stream's end; None when `wait` seconds pass without one. A
-    followed file has no end: at its end, look again every POLL seconds."""
-    if source is None:
-        return os.read(fd, CHUNK) if select.select([fd], [], [], wait)[0] else None
+    followed file has no end: at its end, look again every POLL seconds. Ctrl-C or SIGTERM
+    (`stop`) is raised here, between two chunks, never inside a read: no chunk is lost to it."""
     deadline = None if wait is None else time.monotonic() + wait
-    while True:
-        chunk = source.read(CHUNK)
-        if chunk:
+    while not stop[0]:
+        if source is not None and (chunk := source.read(CHUNK)):
             return chunk
-        left = POLL if deadline is None else deadline - time.monotonic()
+        left = POLL if deadline is None else min(POLL, deadline - time.monotonic())
         if left <= 0:
             return None
-        time.sleep(min(POLL, left))
+        if source is None:
+            if select.select([fd], [], [], left)[0]:
+                return os.read(fd, CHUNK)
+        else:
+            time.sleep(left)
+    raise KeyboardInterrupt
 
 
 def _drain(source, spool) -> None:
@@ -232,21 +235,24 @@ class _Hits:
 
 
 @contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM ends the follow as Ctrl-C does (the report of what came), then is as it was."""
+def _stop_on_signals() -> Iterator[list[bool]]:
+    """Ctrl-C and SIGTERM end the follow (the report of what came): their handler only says so,
+    and _next stops between two chunks; then the handlers are as they were."""
+    stop = [False]
 
     def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        stop[0] = True
 
     try:
-        before = signal.signal(signal.SIGTERM, interrupt)
+        before = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: leave signals alone
-        yield
+        yield stop
         return
     try:
-        yield
+        yield stop
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _announce(diagnoses: list[Diagnosis], seen: set[tuple[str, int]], say: Callable[[str], None]) -> None:
