@@ -112,7 +112,7 @@ def from_metrics(
     facts = facts or metrics.to_facts(scrapes)
     if fleet:
         facts.window["fleet"] = fleet
-    return build(
+    report = build(
         rules if rules is not None else rulebook.load(),
         facts,
         {},
@@ -123,6 +123,9 @@ def from_metrics(
         recognised=bool(scrapes[-1].vllm_series),
         extra={"metrics": metrics.summary(scrapes)},
     )
+    if report.status == "healthy" and any(s.skipped for s in scrapes):  # cut: what was not read may be the problem
+        report.status = "unknown"
+    return report
 
 
 def build(

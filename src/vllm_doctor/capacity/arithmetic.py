@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from vllm_doctor.capacity import kvcache
 from vllm_doctor.capacity.shape import DTYPE_BYTES, ModelShape
+from vllm_doctor.errors import MAX_BYTES, MAX_INT, MAX_TP
 
 GB = 10**9
 GIB = 2**30
@@ -46,7 +47,10 @@ def parse_size(text: str) -> Size:
     if not m:
         raise ValueError(f"{text!r} is not a size: write it with a unit, e.g. 80GB (10^9 bytes) or 80GiB (2^30 bytes)")
     unit = m.group(2).upper()
-    return Size(float(m.group(1)) * UNITS[unit], UNIT_NAMES.get(unit, unit))
+    nbytes = float(m.group(1)) * UNITS[unit]
+    if not nbytes <= MAX_BYTES:  # 400 nines are inf as a float
+        raise ValueError(f"{text!r}: larger than any memory (at most {MAX_BYTES / 2**60:g} EiB)")
+    return Size(nbytes, UNIT_NAMES.get(unit, unit))
 
 
 def parse_count(text: str) -> int:
@@ -57,8 +61,8 @@ def parse_count(text: str) -> int:
         value = float(m.group(1)) * COUNT_SUFFIX.get(m.group(2).upper(), 1) if m else float(t)
     except ValueError:
         raise ValueError(f"{text!r} is not a parameter count (e.g. 7B, 70B, 500M, 7e9)") from None
-    if value <= 0:
-        raise ValueError(f"{text!r}: the parameter count must be positive")
+    if not 0 < value <= MAX_INT:  # NaN and 1e400 too
+        raise ValueError(f"{text!r}: the parameter count must be positive, at most {MAX_INT:.0e}")
     return int(round(value))
 
 
@@ -237,7 +241,15 @@ def tp_ok(tp: int, heads: int | None, kv_heads: int | None) -> bool:
 
 
 def valid_tp_sizes(heads: int | None, kv_heads: int | None, limit: int) -> list[int]:
-    return [t for t in range(1, max(1, limit) + 1) if tp_ok(t, heads, kv_heads)]
+    """The TP sizes up to `limit` (and MAX_TP) vLLM accepts. With the heads known, only their divisors
+    are tried (a square root's worth), never a count to `limit`: `-tp 10**18` counted to it."""
+    top = min(max(1, limit), MAX_TP)
+    if heads:
+        small = [d for d in range(1, math.isqrt(heads) + 1) if heads % d == 0]
+        candidates = sorted({*small, *(heads // d for d in small)})
+    else:
+        candidates = list(range(1, top + 1))
+    return [t for t in candidates if t <= top and tp_ok(t, heads, kv_heads)]
 
 
 def smallest_tp_that_fits(

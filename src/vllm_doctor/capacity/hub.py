@@ -8,6 +8,7 @@ so the CLI starts fast. A missing, gated or unreachable model is a one-line note
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -32,10 +33,36 @@ class Resolved:
     offline: bool = False  # --offline or HF_HUB_OFFLINE: no request may be made
 
 
+MAX_CONFIG = 8 << 20  # bytes: a config.json is a few KiB (a 500 MB one took 1 GB before it failed)
+
+
+def _not_finite(text: str) -> float:
+    raise ValueError(f"{text} is not a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    return value if math.isfinite(value) else _not_finite(text)
+
+
+def _plain_int(text: str) -> int | float:
+    """A whole number; one past 2**63 (no count is) as a float, so that the shape's limits judge it."""
+    if len(text) > 20:
+        value = float(text)  # 10**400: inf, refused as 1e400 is
+        return value if math.isfinite(value) else _not_finite(f"{text[:12]}...({len(text)} digits)")
+    return int(text)
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A config.json, bounded (MAX_CONFIG bytes; nesting as deep as json's recursion allows) and
+    holding only finite numbers (NaN, Infinity and 1e400 are refused): a one-line ConfigError else."""
+    from vllm_doctor.errors import TooLarge, read_text_bounded
+
     p = Path(path).expanduser()
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text_bounded(p, MAX_CONFIG, "config.json")
+    except TooLarge as e:
+        raise ConfigError(f"{path}: {e}") from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -43,9 +70,13 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_not_finite, parse_float=_finite_float, parse_int=_plain_int)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid JSON for a config (nested too deeply)") from None
+    except ValueError as e:  # a number refused above
+        raise ConfigError(f"{path}: not valid JSON for a config ({e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a JSON object")
     return data

@@ -136,7 +136,10 @@ def make_plan(req: PlanRequest, snapshot: GpuSnapshot | None = None) -> Plan:
     tp_limit = req.gpus or present or max(DEFAULT_TP_LIMIT, req.tp)  # "up to the GPUs present", when known
     if req.tp > gpus:
         raise PlanError(f"--tensor-parallel-size {req.tp} needs {req.tp} GPUs; {gpus} given (--gpus) or present (NVML)")
-    overhead = cap.parse_size(req.overhead).bytes if req.overhead else None  # None: the default, as check's
+    try:
+        overhead = cap.parse_size(req.overhead).bytes if req.overhead else None  # None: the default, as check's
+    except ValueError as e:  # -100GB, nanGB
+        raise PlanError(f"--overhead {e}") from None
     several = len(shapes) > 1
     models = [
         _model_plan(req, name, shape, gpu_bytes, unit, overhead, tp_limit, req.utilization, space,

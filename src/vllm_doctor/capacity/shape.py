@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vllm_doctor.capacity.layers import LayerPlan, layer_plan
-from vllm_doctor.errors import DoctorError
+from vllm_doctor.errors import MAX_HEADS, MAX_INT, MAX_LAYERS, MAX_TOKENS, MAX_WIDTH, DoctorError, in_range
 from vllm_doctor.versions import version_tuple
 
 if TYPE_CHECKING:
@@ -176,14 +176,26 @@ def _first(cfg: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] | tupl
     return None, None
 
 
-def _int(value: Any, what: str) -> int:
+def _int(value: Any, what: str, high: int = MAX_WIDTH, low: int = 0) -> int:
+    """A whole count of config.json, at most `high` (a model has no 10**8 layers: counted, they took 2.4 GB)."""
     try:
-        number = float(value)
+        float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"config.json: {what} is {value!r}, not a number") from None
-    if number != int(number) or number < 0:
-        raise ConfigError(f"config.json: {what} is {value!r}, not a whole number")
-    return int(number)
+    except OverflowError:
+        pass  # too large for a float: in_range says so
+    return int(in_range(value, f"config.json: {what}", low, high, whole=True, error=ConfigError))
+
+
+def _magnitudes(cfg: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """Every number of a config (and its nested tables, a level down) within MAX_INT: the parameter
+    estimate multiplies them, and 1e308 overflowed it."""
+    for key, value in cfg.items():
+        if isinstance(value, dict) and not where:
+            _magnitudes(value, f"{key}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) <= MAX_INT:
+            raise ConfigError(f"config.json: {where}{key} is {value:.3g}, past any model's (at most 2**53)")
+    return cfg
 
 
 def text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -211,7 +223,8 @@ def shape_from_config(
     """Normalise a parsed config.json. Raises ConfigError naming the first missing key."""
     if not isinstance(cfg, dict):
         raise ConfigError("config.json: not a JSON object")
-    text, notes = text_config(cfg)
+    text, notes = text_config(_magnitudes(cfg))
+    _magnitudes(text)
     model_type = str(text.get("model_type") or cfg.get("model_type") or "") or None
     archs = cfg.get("architectures") or text.get("architectures") or []
     architecture = archs[0] if isinstance(archs, list) and archs else None
@@ -219,11 +232,11 @@ def shape_from_config(
     key, layers = _layer_count(text)
     if key is None:
         raise ConfigError("config.json has no num_hidden_layers (nor n_layer / num_layers)")
-    layers = _int(layers, key)
+    layers = _int(layers, key, MAX_LAYERS, low=1)
     key, heads = _first(text, HEAD_KEYS)
     if key is None:
         raise ConfigError("config.json has no num_attention_heads (nor n_head / num_heads)")
-    heads = _int(heads, key)
+    heads = _int(heads, key, MAX_HEADS)
     if heads == 0:
         raise ConfigError("config.json: num_attention_heads is 0")
     hkey, hidden = _first(text, HIDDEN_KEYS)
@@ -237,9 +250,9 @@ def shape_from_config(
         qk_rope = _int(text.get("qk_rope_head_dim") or 0, "qk_rope_head_dim")
         head_dim = kv_lora_rank + qk_rope
     elif text.get("head_dim") is not None:
-        head_dim = _int(text["head_dim"], "head_dim")
+        head_dim = _int(text["head_dim"], "head_dim", low=1)
     elif text.get("hidden_size_per_head") is not None:
-        head_dim = _int(text["hidden_size_per_head"], "hidden_size_per_head")
+        head_dim = _int(text["hidden_size_per_head"], "hidden_size_per_head", low=1)
     elif hidden is not None:
         head_dim = hidden // heads
     else:
@@ -316,11 +329,11 @@ def _kv_heads(text: dict[str, Any], model_type: str | None, heads: int) -> int:
     if not isinstance(attn, dict):
         attn = {}
     if model_type == "mpt":
-        return _int(attn.get("kv_n_heads") or heads, "attn_config.kv_n_heads")
+        return _int(attn.get("kv_n_heads") or heads, "attn_config.kv_n_heads", MAX_HEADS)
     if model_type == "dbrx":
-        return _int(attn.get("kv_n_heads") or heads, "attn_config.kv_n_heads")
+        return _int(attn.get("kv_n_heads") or heads, "attn_config.kv_n_heads", MAX_HEADS)
     key, value = _first(text, KV_HEAD_KEYS)
-    return _int(value, key) if key else heads  # plain multi-head attention
+    return _int(value, key, MAX_HEADS) if key else heads  # plain multi-head attention
 
 
 def _sliding(text: dict[str, Any], model_type: str | None, layers: int) -> tuple[int | None, int, str | None]:
@@ -369,6 +382,8 @@ def derive_max_model_len(
                 derived *= factor
         elif rtype not in ROPE_NOT_MULTIPLIED:
             derived *= factor
+    if not derived <= MAX_TOKENS:  # 1e308 positions, or a rope factor of 1e308
+        raise ConfigError(f"config.json: {key} gives a maximum length of {derived:g} tokens, past {MAX_TOKENS:,}")
     return int(derived), key
 
 

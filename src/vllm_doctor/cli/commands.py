@@ -46,6 +46,7 @@ from vllm_doctor.cli.options import (
     VerboseOpt,
     exit_code,
     fail,
+    finite,
     lifetime_index,
     load_rules,
     say,
@@ -235,7 +236,8 @@ def watch(
         typer.Argument(help="The server (http://HOST:PORT) or its /metrics URL.", metavar="URL", show_default=False),
     ],
     interval: Annotated[
-        float, typer.Option("--interval", min=0.1, metavar="SECONDS", help="Seconds between scrapes.")
+        float,
+        typer.Option("--interval", parser=finite(0.1, 86400.0), metavar="SECONDS", help="Seconds between scrapes."),
     ] = 10.0,
     samples: Annotated[int, typer.Option("--samples", min=1, metavar="N", help="Scrapes to take, then diagnose.")] = 6,
     format: FormatOpt = None,
@@ -321,8 +323,12 @@ def alerts(
         AlertFormat.rules
     ),
     output: AlertOutputOpt = None,
-    tpot_budget: Annotated[float, typer.Option("--tpot-budget", min=0.001, help="Inter-token p95, ms.")] = 100.0,
-    queue_budget: Annotated[float, typer.Option("--queue-budget", min=0.001, help="Queue time p95, s.")] = 5.0,
+    tpot_budget: Annotated[
+        float, typer.Option("--tpot-budget", parser=finite(0.001, 1e9), help="Inter-token p95, ms.")
+    ] = 100.0,
+    queue_budget: Annotated[
+        float, typer.Option("--queue-budget", parser=finite(0.001, 1e9), help="Queue time p95, s.")
+    ] = 5.0,
     namespace: Annotated[str, typer.Option("--namespace", help="The PrometheusRule's namespace.")] = "monitoring",
     by: ByOpt = None,
     label: LabelOpt = [],  # noqa: B006

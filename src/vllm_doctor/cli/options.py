@@ -4,12 +4,15 @@ the commands."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from typer.core import TyperCommand, TyperGroup
+
+from vllm_doctor.errors import MAX_HEADS, DoctorError, in_range
 
 
 class Group(TyperGroup):
@@ -97,6 +100,20 @@ class Color(str, Enum):
     never = "never"
 
 
+def finite(low: float, high: float) -> Callable[[Any], float]:
+    """A float option's parser: finite and in [low, high]. click's FloatRange lets NaN through (NaN < low
+    is false), and `--tpot-budget nan` wrote alerts that can never fire."""
+
+    def parse(text: Any) -> float:
+        try:
+            return float(in_range(float(text), "", low, high))
+        except (TypeError, ValueError, OverflowError, DoctorError) as e:
+            raise typer.BadParameter(str(e) if isinstance(e, DoctorError) else f"{text!r} is not a number") from None
+
+    parse.__name__ = "float"  # the metavar (NUMBER) and click's type name
+    return parse
+
+
 # options several commands share, declared once
 RulesDirs = Annotated[
     list[Path],
@@ -142,7 +159,9 @@ ModelArgs = typer.Argument(
     help="The model and the vllm serve arguments, after --.", metavar="-- MODEL [ARG]...", show_default=False
 )
 # plan's KV budget: vLLM's own flags, instead of GPU memory x utilization
-BlockSizeOpt = Annotated[Optional[int], typer.Option("--block-size", min=1, help="Tokens per KV block (16; CPU 128).")]
+BlockSizeOpt = Annotated[
+    Optional[int], typer.Option("--block-size", min=1, max=MAX_HEADS, help="Tokens per KV block (16; CPU 128).")
+]
 KvCacheMemoryOpt = Annotated[
     Optional[str], typer.Option("--kv-cache-memory-bytes", help="The KV space per GPU, as vLLM's flag (or 4GiB).")
 ]
@@ -200,10 +219,12 @@ SelectorOpt = Annotated[
     Optional[str], typer.Option("--selector", help="--prometheus: label matchers, e.g. '{namespace=\"llm\"}'.")
 ]
 TpotBudget = Annotated[
-    Optional[float], typer.Option("--tpot-budget", min=0.001, help="Inter-token latency p95 allowed, in ms.")
+    Optional[float],
+    typer.Option("--tpot-budget", parser=finite(0.001, 1e9), help="Inter-token latency p95 allowed, in ms."),
 ]
 TtftBudget = Annotated[
-    Optional[float], typer.Option("--ttft-budget", min=0.001, help="Time to first token p95 allowed, in ms.")
+    Optional[float],
+    typer.Option("--ttft-budget", parser=finite(0.001, 1e9), help="Time to first token p95 allowed, in ms."),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Text: print the verdict line only.")]
 VerboseOpt = Annotated[

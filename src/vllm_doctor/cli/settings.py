@@ -87,15 +87,26 @@ def _check(key: str, value: Any, where: str, base: Path | None) -> Any:
     return value
 
 
+MAX_FILE = 1 << 20  # a settings file holds a few keys: a 1 GiB one took 2 GB before its parse error
+
+
 def _from_file(path: Path) -> dict[str, Any]:
     import tomllib
 
+    from vllm_doctor.errors import TooLarge, read_text_bounded
+
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_text_bounded(path, MAX_FILE, "settings file"))
+    except TooLarge as e:
+        raise SettingsError(f"{path}: {e}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise SettingsError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     except tomllib.TOMLDecodeError as e:
         raise SettingsError(f"{path}: not valid TOML ({e})") from None
+    except RecursionError:  # arrays or tables nested thousands deep
+        raise SettingsError(f"{path}: not valid TOML (nested too deeply)") from None
+    except ValueError as e:  # an integer of thousands of digits (Python's int limit)
+        raise SettingsError(f"{path}: not valid TOML ({str(e).split(';')[0]})") from None
     data = data.get("tool", {}).get("vllm-doctor", data) if isinstance(data.get("tool"), dict) else data
     out = {}
     for key, value in data.items():

@@ -27,10 +27,12 @@ from vllm_doctor.cli.options import (
     TargetConcurrency,
     exit_code,
     fail,
+    finite,
     load_rules,
     target,
 )
 from vllm_doctor.cli.sources import line, stamp
+from vllm_doctor.errors import MAX_GPUS, MAX_HEADS, MAX_LAYERS, MAX_TOKENS, MAX_TP, MAX_WIDTH
 from vllm_doctor.knowledge.rulebook import LOG_KINDS
 
 # check and serve read the vllm serve command line as given: everything after -- is vLLM's
@@ -42,6 +44,26 @@ TerminationLogOpt = Annotated[
         metavar="PATH",
         help="On a bad exit write the cause, first fix and corrected command here, in at most 4096 bytes "
         "(Kubernetes' termination message; default: /dev/termination-log when it exists and is writable).",
+    ),
+]
+
+# serve's waits: finite (--grace nan never came), at most a day
+_GraceOpt = Annotated[
+    float,
+    typer.Option(
+        "--grace",
+        parser=finite(0.0, 86400.0),
+        metavar="SECONDS",
+        help="Seconds after a forwarded SIGINT/SIGTERM/SIGHUP before SIGKILL.",
+    ),
+]
+_ReapWaitOpt = Annotated[
+    float,
+    typer.Option(
+        "--reap-wait",
+        parser=finite(0.0, 86400.0),
+        metavar="SECONDS",
+        help="Seconds vLLM's other processes get to exit after the main one.",
     ),
 ]
 
@@ -94,21 +116,8 @@ def serve(
         bool, typer.Option("--always-report", help="Write the report after a clean exit too.")
     ] = False,
     log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Also keep the raw output here.")] = None,
-    grace: Annotated[
-        float,
-        typer.Option(
-            "--grace", min=0, metavar="SECONDS", help="Seconds after a forwarded SIGINT/SIGTERM/SIGHUP before SIGKILL."
-        ),
-    ] = 30.0,
-    reap_wait: Annotated[
-        float,
-        typer.Option(
-            "--reap-wait",
-            min=0,
-            metavar="SECONDS",
-            help="Seconds vLLM's other processes get to exit after the main one.",
-        ),
-    ] = 15.0,
+    grace: _GraceOpt = 30.0,
+    reap_wait: _ReapWaitOpt = 15.0,
     watch_samples: Annotated[
         int,
         typer.Option(
@@ -194,13 +203,17 @@ _PrefixOpt = Annotated[
     bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching (Mamba state).")
 ]
 _BatchedOpt = Annotated[
-    Optional[int], typer.Option("--max-num-batched-tokens", min=1, help="Tokens in flight of windowed layers.")
+    Optional[int],
+    typer.Option("--max-num-batched-tokens", min=1, max=MAX_TOKENS, help="Tokens in flight of windowed layers."),
 ]
 _EnvOpt = Annotated[list[str], typer.Option("--env", help="VAR=value of the start (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1).")]
 _PromptLenOpt = Annotated[
-    Optional[int], typer.Option("--prompt-len", min=1, help="Show the blocks a prompt of this length takes.")
+    Optional[int],
+    typer.Option("--prompt-len", min=1, max=MAX_TOKENS, help="Show the blocks a prompt of this length takes."),
 ]
-_SamplesOpt = Annotated[int, typer.Option("--samples", min=1, help="Parallel samples of that prompt (shared vs not).")]
+_SamplesOpt = Annotated[
+    int, typer.Option("--samples", min=1, max=MAX_TOKENS, help="Parallel samples of that prompt (shared vs not).")
+]
 _OverheadOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -208,6 +221,20 @@ _OverheadOpt = Annotated[
         help="Activation + non-torch + CUDA graphs per GPU, e.g. 2GB (default: the estimate check reserves; 0GB: none).",
     ),
 ]
+
+# plan's counts, bounded: -tp 10**18 counted TP sizes to it, --layers 10**30 overflowed
+_LayersOpt = Annotated[Optional[int], typer.Option("--layers", min=1, max=MAX_LAYERS, help="Layers (shape by hand).")]
+_HeadsOpt = Annotated[
+    Optional[int], typer.Option("--heads", min=1, max=MAX_HEADS, help="Attention heads (for valid TP sizes).")
+]
+_GpusOpt = Annotated[
+    Optional[int], typer.Option("--gpus", min=1, max=MAX_GPUS, help="GPUs available (default: NVML's count).")
+]
+_MaxModelLenOpt = Annotated[
+    Optional[int],
+    typer.Option("--max-model-len", min=1, max=MAX_TOKENS, help="Tokens per sequence (default: the model's maximum)."),
+]
+_TpOpt = Annotated[int, typer.Option("--tensor-parallel-size", "-tp", min=1, max=MAX_TP, help="Tensor-parallel size.")]
 
 
 def plan(
@@ -224,29 +251,22 @@ def plan(
     params: Annotated[
         Optional[str], typer.Option("--params", help="Parameters, e.g. 7B (overrides the config).")
     ] = None,
-    layers: Annotated[Optional[int], typer.Option("--layers", min=1, help="Layers (shape by hand).")] = None,
-    heads: Annotated[
-        Optional[int], typer.Option("--heads", min=1, help="Attention heads (for valid TP sizes).")
-    ] = None,
-    kv_heads: Annotated[Optional[int], typer.Option("--kv-heads", min=1, help="KV heads.")] = None,
-    head_dim: Annotated[Optional[int], typer.Option("--head-dim", min=1, help="Head size.")] = None,
+    layers: _LayersOpt = None,
+    heads: _HeadsOpt = None,
+    kv_heads: Annotated[Optional[int], typer.Option("--kv-heads", min=1, max=MAX_HEADS, help="KV heads.")] = None,
+    head_dim: Annotated[Optional[int], typer.Option("--head-dim", min=1, max=MAX_WIDTH, help="Head size.")] = None,
     dtype: Annotated[
         Optional[str], typer.Option("--dtype", help="Weight dtype (default: the config's, else bfloat16).")
     ] = None,
     gpu_memory: Annotated[
         str, typer.Option("--gpu-memory", help="Per GPU: 80GB (10^9 B), 80GiB (2^30 B), or auto (NVML).")
     ] = "auto",
-    gpus: Annotated[
-        Optional[int], typer.Option("--gpus", min=1, help="GPUs available (default: NVML's count).")
-    ] = None,
+    gpus: _GpusOpt = None,
     utilization: Annotated[
         float, typer.Option("--gpu-memory-utilization", help="Fraction of each GPU vLLM may use.")
     ] = 0.90,
-    max_model_len: Annotated[
-        Optional[int],
-        typer.Option("--max-model-len", min=1, help="Tokens per sequence (default: the model's maximum)."),
-    ] = None,
-    tp: Annotated[int, typer.Option("--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel size.")] = 1,
+    max_model_len: _MaxModelLenOpt = None,
+    tp: _TpOpt = 1,
     kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto (the model's dtype) or fp8.")] = "auto",
     quantization: Annotated[
         Optional[str], typer.Option("--quantization", help="awq, gptq, fp8, ... (bits per weight).")

@@ -48,9 +48,20 @@ TABLES = "tables"  # rules/tables/: the preflight's tables (data, not rules), re
 
 
 def rule_files(directory: Path) -> list[Path]:
-    """Every rule file of a directory: its *.toml, but those under tables/."""
+    """Every rule file of a directory: its *.toml, but those under tables/. os.walk, not rglob: a
+    folder that vanishes or turns unreadable during the walk is left out (rglob raised, exit 3); a
+    file that vanishes after it is listed is a "cannot read" of that file."""
+    import os
+
     tables = directory / TABLES
-    return sorted(p for p in directory.rglob("*.toml") if p.is_file() and not p.is_relative_to(tables))
+    found = []
+    for top, dirs, names in os.walk(directory):
+        dirs.sort()
+        for name in names:
+            p = Path(top) / name
+            if name.endswith(".toml") and not p.is_relative_to(tables) and p.is_file():
+                found.append(p)
+    return sorted(found)
 
 
 def load(
@@ -137,14 +148,21 @@ def check_file(path: Path, checks: Checks) -> tuple[Rule | None, list[RuleError]
 _DEEP_KEY = re.compile(r"""(?<![\w-])(?:(?:[\w-]++|"[^"\n]*+"|'[^'\n]*+')[ \t]*+\.[ \t]*+){64}""")
 
 
+MAX_FILE = 4 << 20  # bytes in one rule file: the largest built-in is under 10 KiB (a regex may be 1 MiB)
+
+
 def _read_toml(path: Path) -> dict:
     import tomllib  # only when a rule file is read, not when the cached built-ins are
 
+    from vllm_doctor.errors import TooLarge, read_text_bounded
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_bounded(path, MAX_FILE, "rule file")
         if _DEEP_KEY.search(text):
             raise RuleError(path, None, "not valid TOML for a rule (a dotted key of 64 or more parts)")
         return tomllib.loads(text)
+    except TooLarge as e:
+        raise RuleError(path, None, str(e)) from None
     except tomllib.TOMLDecodeError as e:
         raise RuleError(path, None, f"not valid TOML ({e})") from None
     except RecursionError:  # arrays or tables nested thousands deep

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from vllm_doctor import serveargs
 from vllm_doctor.capacity.colocated import DEFAULT_UTILIZATION
-from vllm_doctor.errors import DoctorError
+from vllm_doctor.errors import MAX_INT, MAX_TP, DoctorError, in_range
 
+_PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")  # GPUs: at most MAX_TP
 # the variables that change a start, kept with the command in the report
 TRUE = ("1", "true", "yes", "on")
 
@@ -35,17 +36,23 @@ class ServeArgs:
         value = self.flags.get(name)
         return value is not None and value.lower() in TRUE
 
-    def number(self, name: str, default: float | None = None) -> float | None:
+    def number(
+        self, name: str, default: float | None = None, low: float = -MAX_INT, high: float = MAX_INT
+    ) -> float | None:
+        """The flag's value: finite and within `high` either way (nan, inf, 1e400: one line, not int()'s crash)."""
         value = self.flags.get(name)
         if value is None:
             return default
+        flag = f"--{name.replace('_', '-')}"
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
-            raise DoctorError(f"--{name.replace('_', '-')} {value}: not a number") from None
+            raise DoctorError(f"{flag} {value}: not a number") from None
+        return float(in_range(number, flag, low, high))
 
     def integer(self, name: str, default: int | None = None) -> int | None:
-        value = self.number(name)
+        bounds = (0, MAX_TP) if name in _PARALLEL else (-MAX_INT, MAX_INT)  # -tp 10**18 counted TP sizes to it
+        value = self.number(name, None, *bounds)
         return default if value is None else int(value)
 
     @property

@@ -418,8 +418,13 @@ def warnings(last: Scrape) -> list[str]:
         shown = ", ".join(f"{k} = {v}" for k, v in list(last.bad_values.items())[:4])
         out.append(f"{last.source}: values that are not a count or a usage read as missing ({shown})")
     if last.skipped:
-        out.append(f"{last.source}: more than {MAX_SAMPLES:,} samples; {last.skipped:,} not read")
-    if last.kv_usage is None:
+        out.append(
+            f"{last.source}: cut: more than {MAX_SAMPLES:,} samples; {last.skipped:,} not read, so the report is "
+            "of part of the scrape and cannot call the server healthy"
+        )
+    if last.kv_usage is None and last.skipped:  # it may be among the samples past the cut
+        out.append(f"{last.source}: neither {' nor '.join(KV_NAMES)} is among the samples read before the cut")
+    elif last.kv_usage is None:
         out.append(f"{last.source}: neither {' nor '.join(KV_NAMES)} is exposed")
     return out
 
@@ -438,4 +443,5 @@ def summary(scrapes: list[Scrape]) -> dict[str, Any]:
         "preemptions_total": last.preemptions_total,
         "engines": len(last.engines) or None,
         "queue_time": last.queue_time.summary() if last.queue_time is not None else None,
+        "samples_not_read": sum(s.skipped for s in scrapes),  # past MAX_SAMPLES: the scrapes were cut
     }

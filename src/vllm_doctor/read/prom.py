@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from vllm_doctor.errors import DoctorError
+from vllm_doctor.errors import DoctorError, in_range
 from vllm_doctor.read import metrics
 from vllm_doctor.read.httpget import Deadline, masked, opener
 from vllm_doctor.read.jsonstream import Reader
@@ -44,6 +44,8 @@ _NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 _MATCHER = re.compile(rf'\s*({_NAME})\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
 _DURATION = re.compile(r"(\d+)([smhdw])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_WINDOW = 100 * 365 * 86400  # seconds of --since
+MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z: --start and --end within the unix times there are
 
 
 class PromError(DoctorError):
@@ -91,21 +93,27 @@ def parse_time(text: str) -> float:
     from datetime import datetime
 
     try:
-        return float(text)
+        when = float(text)
     except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise PromError(f"{text!r}: give a unix time or an RFC 3339 time (2026-12-01T10:00:00Z)") from None
+        try:
+            when = datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            raise PromError(f"{text!r}: give a unix time or an RFC 3339 time (2026-12-01T10:00:00Z)") from None
+    return float(in_range(when, "the time", 0, MAX_TIME, error=PromError))  # nan, inf: not int()'s crash
 
 
 def parse_duration(text: str) -> float:
     """`90s`, `15m`, `1h`, `1h30m`, `2d`."""
-    parts = _DURATION.findall(text)
+    parts = _DURATION.findall(text) if len(text) <= 64 else []  # 10**5000s: past int()'s digit limit
     if not parts or "".join(a + b for a, b in parts) != text.strip():
-        raise PromError(f"--since {text!r}: give a duration such as 30m, 1h or 2d")
-    return float(sum(int(n) * _UNITS[u] for n, u in parts))
+        shown = text if len(text) <= 64 else f"{text[:24]}...({len(text):,} characters)"
+        raise PromError(f"--since {shown!r}: give a duration such as 30m, 1h or 2d")
+    seconds = sum(int(n) * _UNITS[u] for n, u in parts)
+    if seconds > MAX_WINDOW:
+        raise PromError(
+            f"--since {text}: longer than {MAX_WINDOW // 86400 // 365} years, past any Prometheus' retention"
+        )
+    return float(seconds)
 
 
 def window_times(

@@ -21,6 +21,9 @@ def headline(report: Report) -> str:
         shown = _shown(report)
         if report.status == "unknown" and shown is not None:
             return f"unknown: {shown.outcome}, with no error and no sign of why"
+        cut = (report.facts.get("metrics") or {}).get("samples_not_read")
+        if report.status == "unknown" and cut:
+            return f"unknown: the scrape was cut ({cut:,} samples not read); no failure in the part read"
         text = {"healthy": "healthy: no failure found", "unknown": "unknown: no vLLM output recognised"}.get(
             report.status, report.status
         )
