@@ -37,6 +37,8 @@ _MARKUP = re.compile(r"[\\`*\[\]<>~&]|_+")
 # a setext underline or thematic break ("---", "==="); the escape goes before the punctuation mark
 _LEAD = re.compile(r"\A(?:\d{1,9}(?=[.)](?:\s|\Z))|(?=[-+](?:\s|\Z))|(?=#{1,6}(?:\s|\Z))|(?=(?:-+|=+)\s*\Z))")
 _TICKS = re.compile(r"`+")
+# a code span as CommonMark reads one: a run of backticks, then text, then a run of the same length
+_SPAN = re.compile(r"(?<!`)(`+)(?!`)[^\n]*?[^`\n](?<!`)\1(?!`)")
 
 
 def _escape(m: re.Match[str]) -> str:
@@ -76,19 +78,29 @@ def visible_doc(doc: Any) -> Any:
 
 def md(text: str) -> str:
     """`text` as Markdown that renders as itself: markup characters backslash-escaped (an `_`
-    inside a word, as in max_model_len, stays: it cannot start emphasis there)."""
+    inside a word, as in max_model_len, stays: it cannot start emphasis there). A whole code span
+    (`dmesg`, as our own texts write a command) stays one: nothing inside a code span is markup."""
     text = str(text)
+    out, at = [], 0
+    for span in _SPAN.finditer(text):
+        out += [_escaped(text, at, span.start()), span.group()]
+        at = span.end()
+    out.append(_escaped(text, at, len(text)))
+    done = "".join(out)
+    lead = _LEAD.match(done)
+    return done if lead is None else f"{done[: lead.end()]}\\{done[lead.end() :]}"
 
-    def one(m: re.Match[str]) -> str:
+
+def _escaped(text: str, start: int, end: int) -> str:
+    """text[start:end] with its markup characters escaped (an `_` between two letters stays)."""
+    out, at = [], start
+    for m in _MARKUP.finditer(text, start, end):
         s = m.group()
-        if s[0] != "_":
-            return "\\" + s
-        before, after = text[m.start() - 1 : m.start()], text[m.end() : m.end() + 1]
-        return s if before.isalnum() and after.isalnum() else "\\_" * len(s)
-
-    out = _MARKUP.sub(one, text)
-    lead = _LEAD.match(out)
-    return out if lead is None else f"{out[: lead.end()]}\\{out[lead.end() :]}"
+        inside = s[0] == "_" and text[m.start() - 1 : m.start()].isalnum() and text[m.end() : m.end() + 1].isalnum()
+        out += [text[at : m.start()], s if inside else "".join("\\" + c for c in s)]
+        at = m.end()
+    out.append(text[at:end])
+    return "".join(out)
 
 
 def cell(text: str) -> str:
