@@ -94,6 +94,20 @@ def test_smallest_tp_that_fits():
     assert cap.smallest_tp_that_fits(s, 2, 10**7, 16, room, weights / 2, 2, sizes) is None
 
 
+def test_smallest_tp_from_one_counts_the_nccl_memory_each_gpu_adds():
+    """From TP 1, each GPU of a split also holds NCCL's 0.5 GiB (serving.py's default, as startask's
+    re-ask counts it): a TP 2 that fits with 0.25 GiB to spare without it does not fit with it."""
+    from vllm_doctor.capacity import kvcache
+
+    s = shape("llama-3-70b")
+    weights = 8 * cap.GIB  # per GPU at TP 1
+    lay = kvcache.layout(s, 2, 2, 16)
+    room = kvcache.needed_bytes(lay, 32768, 2048) + lay.page_bytes + 0.25 * cap.GIB - weights / 2
+    sizes = cap.valid_tp_sizes(64, 8, 8)
+    assert cap.smallest_tp_that_fits(s, 2, 32768, 16, room, weights, 1, sizes) == 2
+    assert cap.smallest_tp_that_fits(s, 2, 32768, 16, room, weights, 1, sizes, nccl_bytes=0.5 * cap.GIB) == 4
+
+
 def test_utilization_needed_rounds_up():
     assert cap.utilization_needed(0.90, 4 * 2**30, 2 * 2**30, 80 * 2**30) == 0.93
     assert cap.utilization_needed(0.90, 2 * 2**30, 2 * 2**30, 80 * 2**30) == 0.90

@@ -262,13 +262,15 @@ def smallest_tp_that_fits(
     tp_now: int,
     sizes: list[int],
     in_flight: int = 2048,
+    nccl_bytes: float = 0.0,
 ) -> int | None:
     """The smallest valid TP size above tp_now whose per-GPU cache holds one max-model-len sequence
     by V1's startup check (kvcache.py): each GPU then holds 1/TP of the weights (freeing room) and
-    its share of the KV heads (or Mamba state)."""
+    its share of the KV heads (or Mamba state), less the non-torch memory (NCCL, `nccl_bytes`) a
+    split from TP 1 adds on each GPU."""
     whole_weights = weights_bytes_per_gpu * tp_now
     for t in sorted(s for s in sizes if s > tp_now):
-        room = kv_room_bytes + weights_bytes_per_gpu - whole_weights / t
+        room = kv_room_bytes + weights_bytes_per_gpu - whole_weights / t - (nccl_bytes if tp_now == 1 else 0.0)
         lay = kvcache.layout(shape, element_bytes, t, block_size)
         if kvcache.needed_bytes(lay, max_model_len, in_flight) <= room - lay.page_bytes:
             return t

@@ -113,8 +113,9 @@ def _from_model(inp: CheckInput) -> _ModelFit:
             note = f"{gib} GiB per GPU {weights_from}" if exact else f"about {gib} GiB per GPU, {weights_from}"
             out.values["weights_note"] = "weights " + note
         sizes = cap.valid_tp_sizes(shape.attention_heads or None, shape.kv_heads, _tp_limit(inp, tp))
+        nccl = 0.0 if str(inp.get("device") or "").lower() == "cpu" else 0.5 * cap.GIB  # as startask re-asks it
         fit_tp = cap.smallest_tp_that_fits(shape, km.element_bytes, int(length), km.layout.block_size, room,
-                                           weights_bytes, tp, sizes, km.in_flight)  # fmt: skip
+                                           weights_bytes, tp, sizes, km.in_flight, nccl)  # fmt: skip
         if fit_tp:
             out.values["fit_tp_size"] = fit_tp
     return out
