@@ -241,3 +241,26 @@ def test_valid_tp_sizes_are_the_divisors_not_a_count():
     code = "from vllm_doctor.capacity.arithmetic import valid_tp_sizes as v; print(v(64, 8, 10**18), v(None, 8, 10**18)[-1])"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.split("]")[0] == "[1, 2, 4, 8, 16, 32, 64" and proc.stdout.split()[-1] == "4096", proc.stdout
+
+
+@pytest.mark.parametrize("kind", ["sparse-1GiB", "nested-100k"])
+def test_a_hostile_tokenizer_config_is_no_tokenizer_config(tmp_path, kind):
+    """check reads tokenizer_config.json beside config.json for the chat template: a sparse GiB
+    was read whole, a 100,000-deep nesting raised RecursionError (exit 3); now either is a file it
+    cannot read, and check goes on to its verdict."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(CONFIG.read_text())
+    (model / "tokenizer.json").write_text("{}")
+    tok = model / "tokenizer_config.json"
+    _sparse(tok, 1 << 30) if kind == "sparse-1GiB" else tok.write_text("[" * 100_000 + "]" * 100_000)
+    # the check runs under a fresh parent that reports its one child's peak RSS (the GiB was read whole)
+    peak = "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]).returncode; " + (
+        "print(r, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    argv = [sys.executable, "-c", peak, sys.executable, "-m", "vllm_doctor", "check", "--no-gpu", "--offline", "--"]
+    proc = subprocess.run([*argv, str(model)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "VLLM_DOCTOR_CONFIG": ""})  # fmt: skip
+    code, kib = map(int, proc.stdout.split()[-2:])
+    assert code in (0, 1, 4) and "Traceback" not in proc.stderr, (code, proc.stderr[-2000:])
+    assert kib < 300 << 10, f"peak RSS {kib >> 10} MB"

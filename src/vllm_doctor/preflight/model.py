@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from vllm_doctor.capacity.hub import Resolved
+from vllm_doctor.errors import TooLarge, read_text_bounded
 from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, found
@@ -18,6 +19,8 @@ from vllm_doctor.preflight.finding import CannotRun, Finding, found
 REGISTRY = tables.vllm("registry_file")
 TOKENIZER_FILES = tuple(tables.vllm("tokenizer_files"))
 TEMPLATE_FILES = tuple(tables.vllm("chat_template_files"))
+
+TOKENIZER_CONFIG_LIMIT = 16 << 20  # the largest chat templates are a few hundred KB
 
 
 def model_config(ctx: Context) -> list[Finding]:
@@ -115,8 +118,8 @@ def _files(ctx: Context) -> tuple[set[str], dict]:
     cfg = {}
     if "tokenizer_config.json" in names:
         try:
-            cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            cfg = json.loads(read_text_bounded(d / "tokenizer_config.json", TOKENIZER_CONFIG_LIMIT))
+        except (OSError, ValueError, RecursionError, TooLarge):  # unreadable, broken, nested deep or huge: none
             cfg = {}
     return names, cfg
 
