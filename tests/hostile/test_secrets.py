@@ -239,3 +239,15 @@ def test_follow_masks_its_live_lines(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_follow_keeps_its_live_lines_whole_under_no_redact():
+    """--no-redact keeps everything, the live lines too (they were masked whatever the flag)."""
+    token = "hf_FollowFollowFollowFollow012345"
+    src = FIXTURES / "logs" / "model-not-found" / "0.14.0_revision-not-found-compose.log"
+    data = src.read_text().replace("revision/v2.0", f"revision/{token}").encode()
+    argv = [sys.executable, "-m", "vllm_doctor", "explain", "-", "--follow", "--no-gpu", "-f", "json"]
+    masked = subprocess.run(argv, input=data, capture_output=True, timeout=120)
+    whole = subprocess.run([*argv, "--no-redact"], input=data, capture_output=True, timeout=120)
+    assert b"model-not-found" in masked.stderr and token.encode() not in masked.stderr, masked.stderr
+    assert b"model-not-found" in whole.stderr and token.encode() in whole.stderr, whole.stderr

@@ -155,7 +155,9 @@ def explain(
             from vllm_doctor.read.source import stdin_hint
 
             stdin_hint()
-        report = _follow(paths[0], rules, options, fmt) if follow else pipeline.explain(paths, rules, options)
+        report = (
+            _follow(paths[0], rules, options, fmt, not no_redact) if follow else pipeline.explain(paths, rules, options)
+        )
         report.all_lifetimes = lifetime == "all"
         if options.lifetime and options.lifetime > len(report.lifetimes):
             fail(f"--lifetime {lifetime}: the input holds {len(report.lifetimes)} start(s)")
@@ -167,14 +169,19 @@ def explain(
     raise typer.Exit(exit_code(report, fail_on))
 
 
-def _follow(source: str, rules, options, fmt: str):
-    """--follow: the lines as diagnoses appear go to stdout with text, to stderr beside a json or markdown report."""
+def _follow(source: str, rules, options, fmt: str, masked: bool):
+    """--follow: the lines as diagnoses appear go to stdout with text, to stderr beside a json or
+    markdown report; masked as the report is (unless --no-redact)."""
     from vllm_doctor.cli.follow import follow
     from vllm_doctor.read.source import open_input
+    from vllm_doctor.render.redact import redact
+
+    def live(line: str) -> None:
+        say(redact(line) if masked else line, err=fmt != "text")
 
     stream, owned = open_input(source)
     try:
-        return follow(stream.fileno(), rules, options, lambda line: say(line, err=fmt != "text"), source)
+        return follow(stream.fileno(), rules, options, live, source)
     finally:
         if owned:
             stream.close()

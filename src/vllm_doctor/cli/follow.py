@@ -33,7 +33,6 @@ from dataclasses import replace
 
 from vllm_doctor.data import Diagnosis, Report, Rule
 from vllm_doctor.knowledge.checks import Options
-from vllm_doctor.render.redact import redact
 
 INTERVAL = 1.0  # seconds between diagnoses of the stream so far, at the least
 # each look diagnoses the whole spool, so a look can take a while: the next waits BACKOFF
@@ -265,4 +264,4 @@ def _announce(diagnoses: list[Diagnosis], seen: set[tuple[str, int]], say: Calla
         seen.add(key)
         where = f"line {key[1]}: " if key[1] else ""
         fix = f" Fix: {d.fixes[0].action}" if d.fixes else ""
-        say(redact(f"vllm-doctor: {where}{d.severity} {d.category}: {d.summary}{fix}"))  # as the report masks it
+        say(f"vllm-doctor: {where}{d.severity} {d.category}: {d.summary}{fix}")
