@@ -121,3 +121,36 @@ def test_a_bulk_form_reads_what_the_rule_reads(rules):
                 assert want == [got], text
                 assert bulk.covered(bytearray(text.encode() + b"\n"), 0, len(text) + 1, fams) == [f]
     assert seen > 20
+
+
+ROUTES = [
+    f"(APIServer pid=100) INFO 11-30 01:00:00 [launcher.py:195] Route: /v1/{path}, Methods: POST"
+    for path in ("models", "chat/completions", "completions", "responses")
+]
+
+
+def test_lines_out_of_a_form_that_hold_its_anchors_leave_the_region_in_bulk(run, tmp_path, monkeypatch):
+    """A startup's "Route: /v1/models" lines hold the access lines' " /v1/": they are read as hit
+    lines, and the rest of their region still in bulk (the same report); an access line of no
+    form that the rule reads sends its region line by line, as before."""
+    lines = serving_log(False).splitlines()
+    lines[1:1] = ROUTES
+    lines.insert(len(lines) // 4, 'INFO:     127.0.0.1:5 - "POST /v1/completions HTTP/2" 500 Internal Server Error')
+    log = tmp_path / "serving.log"
+    log.write_text("\n".join(lines) + "\n")
+    took, real = [], engine.Engine._take
+
+    def take(self, raw, ids):
+        read = real(self, raw, ids)
+        took.extend([raw] if read is not None else [])
+        return read
+
+    monkeypatch.setattr(logread, "REGION", 64 << 10)
+    monkeypatch.setattr(engine.Engine, "_take", take)
+    fast = to_dict(run(log))
+    with monkeypatch.context() as m:
+        m.setattr(engine, "_families", lambda *_: ({}, []))  # (no families: nothing is taken)
+        slow = to_dict(run(log))
+    assert fast == slow
+    assert any(b"HTTP/2" in raw for raw in took)
+    assert not any(b"127.0.0.1:300" in raw for raw in took)  # the first region's access lines

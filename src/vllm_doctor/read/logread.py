@@ -222,8 +222,14 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
         spans[base + i + 1] = (pos, end, False)
         pos = end + 1
     present = bulk.covered(buf, lo, cut, pf.families) if pf.families and pf.exact else None
+    if present is not None and present.strays and any(_taken(buf, s, e, pf) for s, e in present.strays):
+        present = None  # a stray line a family reads after all: the region line by line, as always
     fast = present is not None
     hits, counted_to, newlines = _hit_lines(buf, lo, cut, base, pf, fast)
+    if present is not None and present.strays:  # hit lines too, as the line-by-line path finds them
+        known = {start for _, start, _, _ in hits}
+        hits += [(base + buf.count(b"\n", lo, s) + 1, s, e, set()) for s, e in present.strays if s not in known]
+        hits.sort(key=_start)
     taken: list[tuple[int, Any, tuple[int, ...], bool | None]] = []
     for no, start, end, anchor_ids in hits:
         spans[no] = (start, end, True)
@@ -270,6 +276,19 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
     if taken:  # a line read as context and in bulk: the context line first
         lines = sorted(lines + taken, key=lambda e: (e[0], e[3] is None)) if lines else taken
     return lines, owed, newlines
+
+
+def _taken(buf: bytearray, start: int, end: int, pf: Prefilter) -> bool:
+    """Whether the line-by-line path would have a family read this line (pf.take)."""
+    if pf.take is None or end - start > MAX_LINE:
+        return False
+    raw = bytes(buf[start:end])
+    ids = set(pf.anchors_in(raw))
+    return ids <= pf.bulk_ids and pf.take(raw, ids) is not None
+
+
+def _start(hit: tuple) -> int:
+    return hit[1]
 
 
 def _hit_lines(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, general: bool = False):
