@@ -57,7 +57,8 @@ def test_version():
 
 
 def test_completion_is_enabled():
-    script = doctor("--show-completion", "bash")
+    # the shell named, not detected from the process tree (a test run reparented to init has no shell above it)
+    script = doctor("--show-completion", "bash", env=env(_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1"))
     assert script.returncode == 0 and b"_VLLM_DOCTOR_COMPLETE" in script.stdout
     words = doctor(
         env=env(_VLLM_DOCTOR_COMPLETE="complete_bash", COMP_WORDS="vllm-doctor explain --fo", COMP_CWORD="2")
