@@ -3,6 +3,7 @@
     python bench/passthrough.py                 # 2,000,000 lines, 3 runs each, and a 20 MB line
     python bench/passthrough.py --lines 500000 --repeat 1
     python bench/passthrough.py --check         # exit 1 when serve takes over 3x the child alone
+    python bench/passthrough.py --never-ready --check  # the whole command, exit diagnosis included
 
 A child (this file, `--child`) prints N short vLLM-like log lines through a buffered stdout: a
 mix of INFO lines (request, access, engine lines) and a stats line every 100 lines (a healthy
@@ -11,12 +12,18 @@ under `python -m vllm_doctor serve --vllm-bin <child> -- m` (stdout to /dev/null
 watch on); times are the median of the runs. Peak RSS is the wrapper's own (VmHWM in
 /proc/PID/status, read until it exits). Then one line of 20 MB without a newline goes through
 serve, to show that memory stays bounded by a constant, not by the longest line.
+
+With --never-ready the child prints no ready line and exits 1 after its lines, as a server that
+dies before it serves: serve then diagnoses the whole capture and writes the incident report, and
+what is timed (and checked) is the whole command, until it exits, against the child alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,19 +50,21 @@ STARTED = 0.0
 READY = "INFO:     Application startup complete.\n"
 
 
-def child(lines: int, long_mb: int) -> None:
-    """What the fake `vllm serve` prints: a ready line, then the lines (or one long line)."""
+def child(lines: int, long_mb: int, never_ready: bool = False) -> int:
+    """What the fake `vllm serve` prints: a ready line, then the lines (or one long line); when
+    never ready, no ready line, and it exits 1."""
     global STARTED
     STARTED = time.time()
     out = open(1, "wb", buffering=1 << 16, closefd=False)  # noqa: SIM115 - stdout, left open
-    out.write(READY.encode())
+    if not never_ready:
+        out.write(READY.encode())
     if long_mb:
         piece = b"x" * (1 << 20)
         for i in range(long_mb):  # a stats line's text in the middle: the watch reads a window there
             out.write(piece if i != long_mb // 2 else piece + STATS.format(s=0, n=0).encode()[:-1])
         out.flush()
         _done()
-        return
+        return 0
     block = []
     for n in range(1000):
         text = STATS if n % 100 == 99 else LINES[n % len(LINES)]
@@ -64,6 +73,7 @@ def child(lines: int, long_mb: int) -> None:
         out.write(block[i % 1000])
     out.flush()
     _done()
+    return 1 if never_ready else 0
 
 
 def _done() -> None:
@@ -74,10 +84,11 @@ def _done() -> None:
             f.write(f"{STARTED!r} {time.time()!r}")
 
 
-def fake_bin(tmp: Path, lines: int, long_mb: int = 0) -> Path:
-    path = tmp / f"vllm-{lines}-{long_mb}"
+def fake_bin(tmp: Path, lines: int, long_mb: int = 0, never_ready: bool = False) -> Path:
+    path = tmp / f"vllm-{lines}-{long_mb}{'-never' if never_ready else ''}"
+    flag = " --never-ready" if never_ready else ""
     path.write_text(
-        f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" --child --lines {lines} --long-mb {long_mb}\n'
+        f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" --child --lines {lines} --long-mb {long_mb}{flag}\n'
     )
     path.chmod(0o755)
     return path
@@ -94,7 +105,7 @@ def hwm_kb(pid: int) -> int:
     return 0
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, float, int, int]:
+def timed(cmd: list[str], cwd: Path, ok: int = 0) -> tuple[float, float, int, int]:
     """(seconds the child took, from its start to its last write's return: how long the wrapper
     held the server up; seconds until the command exited; exit status; peak RSS in kB of the
     command's process itself)."""
@@ -109,7 +120,7 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, float, int, int]:
         peak = max(peak, hwm_kb(p.pid))
         time.sleep(0.02)
     took = time.perf_counter() - t0
-    if p.returncode != 0:
+    if p.returncode != ok:
         sys.stderr.write(p.stderr.read().decode("utf-8", "replace") if p.stderr else "")
     began, ended = (float(x) for x in done.read_text().split()) if done.exists() else (start, start + took)
     through = ended - began
@@ -131,17 +142,60 @@ def serve_cmd(binary: Path) -> list[str]:
     ]
 
 
+def cpu_of_children() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
+def never_ready(lines: int, repeat: int, check: bool) -> int:
+    """The whole `serve` command around a child that exits 1 without becoming ready: pass-through,
+    live watch, exit diagnosis and incident report, until serve exits, against the child alone."""
+    with tempfile.TemporaryDirectory(prefix="vllm-doctor-bench-") as d:
+        tmp = Path(d)
+        binary = fake_bin(tmp, lines, never_ready=True)
+        alone, whole, cpu, peaks = [], [], [], []
+        for _ in range(repeat):  # interleaved, so that a busy machine slows both alike
+            _, took, rc, _ = timed([str(binary), "serve", "m"], tmp)
+            alone.append(took)
+            before = cpu_of_children()
+            _, took, rc, peak = timed(serve_cmd(binary), tmp, ok=1)
+            cpu.append(cpu_of_children() - before)
+            if rc != 1:  # serve exits with the child's status
+                print(f"serve exited {rc}, not the child's 1", file=sys.stderr)
+                return 2
+            reports = sorted((tmp / "vllm-doctor-reports").glob("*/report.json"))
+            if not reports:
+                print("serve wrote no incident report", file=sys.stderr)
+                return 2
+            shutil.rmtree(tmp / "vllm-doctor-reports")
+            whole.append(took)
+            peaks.append(peak)
+        a, t = statistics.median(alone), statistics.median(whole)
+        ratio = t / a
+        print(f"{lines:,} lines ({lines * 98 / 1e6:,.0f} MB), never ready, median of {repeat}")
+        print(f"  child alone (> /dev/null):             {a:6.2f} s")
+        print(f"  serve, whole command until exit:       {t:6.2f} s  ({statistics.median(cpu):.2f} s CPU)")
+        print(f"  ratio:                                 {ratio:6.2f}x  (target: at most {TARGET:g}x)")
+        print(f"  wrapper peak RSS:                      {max(peaks) / 1024:6.1f} MB")
+    if check and ratio > TARGET:
+        print(f"missed: {ratio:.2f}x > {TARGET:g}x", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=2_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--long-mb", type=int, default=20, help="the single line without a newline, in MB (0: skip)")
     ap.add_argument("--check", action="store_true", help=f"exit 1 when serve takes over {TARGET:g}x the child alone")
+    ap.add_argument("--never-ready", action="store_true", help="the child never becomes ready and exits 1")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.lines, args.long_mb)
-        return 0
+        return child(args.lines, args.long_mb, args.never_ready)
+    if args.never_ready:
+        return never_ready(args.lines, args.repeat, args.check)
     with tempfile.TemporaryDirectory(prefix="vllm-doctor-bench-") as d:
         tmp = Path(d)
         binary = fake_bin(tmp, args.lines)

@@ -449,3 +449,31 @@ def test_variables_that_hide_a_secret_by_name_or_by_value():
     assert not is_secret("VLLM_PORT", "8000")
     env = {"VLLM_DB_PASS": "db-pass-value-0", "VLLM_EXTRA": SK, "HF_HUB_AUTH": "enabled", "VLLM_PORT": "8000"}
     assert set(secret_values(env)) == {"db-pass-value-0", SK}  # "enabled" would mask ordinary words
+
+
+def test_a_copied_log_is_masked_as_each_line_is_among_long_runs_of_plain_lines():
+    """The copy passes runs of lines that hold nothing to mask as they are, a block at a time:
+    whatever sits among them (a token, one cut by a wrap, a known value split over two lines,
+    one hidden by an escape, a non-ASCII line), wherever the blocks end, it masks what masking
+    each line against its neighbours masks, and counts the lines."""
+    known = "SECRETVALUE123"
+    odd = [
+        f"fetching with {HF}",
+        "(APIServer pid=1) INFO 12-03 10:00:00 [hub.py:12] fetching with the token " + HF[:12],
+        HF[12:] + " (continued)",
+        f"value {known[:8]}",
+        f"{known[8:]} went on",
+        f"Authorization: Bearer {SK}",
+        f"hf_\x1b[0m{HF[3:]}",
+        f"café {HF}",
+        "Avg prompt throughput: 657.3 tokens/s, Avg generation throughput: 12.0 tokens/s",
+    ]
+    lines = []
+    for n in range(30_000):
+        lines.append(odd[n // 997 % len(odd)] if n % 997 == 0 or n % 997 == 1 else f"INFO 127.0.0.1:{n} - GET /v1 200")
+    text = "\n".join(lines) + "\n"
+    red = Redactor([known])
+    copied = io.BytesIO()
+    assert red.copy(io.BytesIO(text.encode()), copied) == len(lines)
+    assert copied.getvalue().decode() == red.text(text)
+    assert MASK in copied.getvalue().decode()

@@ -173,6 +173,11 @@ class Redactor:
         # for the pieces of a value split over two lines: where each character starts a piece
         self._starts = [_positions(lit, 0) for lit in self.literals]
         self._ends = [_positions(lit, 1) for lit in self.literals]
+        # for the block copy: each value as bytes, with its first and last 6 characters
+        self._lit_bytes = [
+            (b, (b[:_MIN_LITERAL], b[-_MIN_LITERAL:]))
+            for b in (lit.encode("utf-8", "surrogateescape") for lit in self.literals)
+        ]
 
     def line(self, text: str, before: str = "", after: str = "") -> str:
         """One line (or a fragment without newlines); `before` and `after` are the raw lines
@@ -287,34 +292,17 @@ class Redactor:
 
     def copy(self, fin: BinaryIO, fout: BinaryIO) -> int:
         """Copy a log with every line redacted, each line held against its neighbours (a value
-        split over a line break), a long line in windows; returns the number of lines."""
-        lines = 0
-        before = ""  # the raw text of the line before the held one
-        held: tuple[str, bytes] | None = None  # a line waiting for the next one to be read
-        while raw := fin.readline(WINDOW):
-            if len(raw) == WINDOW and not raw.endswith(b"\n"):
-                if held is not None:
-                    fout.write(self._out(held, before, ""))
-                held, before = None, ""
-                self._copy_long(fin, fout, raw)
-                lines += 1
-                continue
-            body = raw.rstrip(b"\r\n")
-            text = body.decode("utf-8", "surrogateescape")
-            if held is not None:
-                fout.write(self._out(held, before, text))
-                before = held[0]
-            held = (text, raw[len(body) :])
-            lines += 1
-        if held is not None:
-            fout.write(self._out(held, before, ""))
-        return lines
+        split over a line break), a long line in windows; returns the number of lines. Runs of
+        lines that hold nothing to mask go out as they are (render/logcopy.py)."""
+        from vllm_doctor.render.logcopy import copy
+
+        return copy(self, fin, fout)
 
     def _out(self, held: tuple[str, bytes], before: str, after: str) -> bytes:
         text, end = held
         return self.line(text, before, after).encode("utf-8", "surrogateescape") + end
 
-    def _copy_long(self, fin: BinaryIO, fout: BinaryIO, first: bytes) -> None:
+    def _copy_long(self, fin: Any, fout: BinaryIO, first: bytes) -> None:
         """One line longer than WINDOW, a window at a time: at most about two windows held."""
         carry = first.decode("utf-8", "surrogateescape")
         while True:
