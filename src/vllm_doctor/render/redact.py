@@ -87,14 +87,9 @@ def flag_values(args: Iterable[str]) -> list[str]:
     return [v for v in out if len(v) >= _MIN_LITERAL]
 
 
-# the prefilter as one expression, `"hf_" in s or "key" in s or ...`: as many words cost no more
-# generator steps per line (most lines hold none of them)
-_HAS_QUICK = eval("lambda s: " + " or ".join(f"{w!r} in s" for w in _QUICK))  # our own literal words
-
-
 def _patterns(text: str) -> str:
     low = text.lower()
-    if not _HAS_QUICK(low):
+    if not any(q in low for q in _QUICK):
         return text
     for form in FORMS:
         if form.applies(low):
