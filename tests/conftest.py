@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import http.server
 import os
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -128,3 +132,16 @@ def conforms(data, schema: str = "report-1"):
     errors = sorted(VALIDATORS[schema].iter_errors(data), key=lambda e: list(e.absolute_path))
     assert not errors, "\n".join(f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors[:10])
     return data
+
+
+@contextmanager
+def local_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server on 127.0.0.1 answering with `handler`: its URL while the block runs."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -8,14 +8,13 @@ itself (a client that went away ends it at once)."""
 from __future__ import annotations
 
 import http.server
-import threading
 import time
 import tracemalloc
 
 import pytest
 from typer.testing import CliRunner
 
-from conftest import LAB
+from conftest import LAB, local_http
 from vllm_doctor.cli import app
 from vllm_doctor.pipeline import from_metrics
 from vllm_doctor.read import metrics
@@ -98,13 +97,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    t = threading.Thread(target=httpd.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with local_http(Handler) as url:
+        yield url
 
 
 def _explain(source: str):

@@ -13,13 +13,12 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import regex
 
-from conftest import LAB
+from conftest import LAB, local_http
 from vllm_doctor.render.visible import HIDDEN
 
 RAW = regex.compile(r"[[\p{Cc}\p{Bidi_Control}]--[\t\n]]", regex.V1)  # what no output may carry
@@ -172,12 +171,8 @@ class _Prometheus(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def prometheus():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with local_http(_Prometheus) as url:
+        yield url
 
 
 def test_prometheus_error_json_reaches_stderr_as_escapes(prometheus):

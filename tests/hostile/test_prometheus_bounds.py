@@ -14,12 +14,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, local_http
 from vllm_doctor.read import prom
 
 RSS_CAP = 400 << 20  # the doctor itself is ~100 MB; a 250 MB answer grew it to 3.75 GB
@@ -77,12 +76,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with local_http(Handler) as url:
+        yield url
 
 
 def _explain(url: str) -> tuple[int, str, str, int]:
