@@ -22,22 +22,25 @@ HEAD = (
 )
 
 
-def serving_log(quoted: bool) -> str:
+def serving_log(quoted: bool, other: bool = True) -> str:
+    """Access lines between request heads, a stats line of the API server's every 50 (and, with
+    `other`, one of a second process beside it), a restart, a wrapped stats record and a failure."""
     lines = ["(APIServer pid=100) INFO 11-30 01:00:00 [api_server.py:1] vLLM API server version 0.10.1"]
     for i in range(3000):
         pid = 100 if i < 2000 else 300  # a restart with a new pid two thirds in
         if i == 2000:
             lines.append(f"(APIServer pid={pid}) INFO 11-30 01:30:00 [api_server.py:1] vLLM API server version 0.10.1")
         head = HEAD.format(pid=pid, i=i)
-        lines.append(
-            head if quoted else head.replace(" /v1/", " v1").replace("Running: ", "Running ").replace("reqs,", "reqs")
-        )
+        if not quoted:
+            head = head.replace(" /v1/", " v1").replace("Running: ", "Running ").replace("reqs,", "reqs")
+        lines.append(head if other else head.replace(" CUDA out of memory", ""))  # (no hit: long regions)
         lines.append(ACCESS.format(port=30000 + i, status=500 if i % 97 == 0 else 200))
         if i % 50 == 0:
             lines.append(
                 STATS.format(proc="APIServer", pid=pid, m=i // 60 % 60, s=i % 60, run=i % 9, wait=i % 4, kv=i % 100)
             )
-            lines.append(STATS.format(proc="Other", pid=200, m=i // 60 % 60, s=i % 60, run=1, wait=0, kv=5))
+            if other:
+                lines.append(STATS.format(proc="Other", pid=200, m=i // 60 % 60, s=i % 60, run=1, wait=0, kv=5))
         if i == 1500:
             lines.append("Running: 4 reqs, Waiting: 2 reqs,")  # a stats record cut by a wrap
             lines.append("GPU KV cache usage: 91.0%")
@@ -72,13 +75,27 @@ def both_ways(run, paths, monkeypatch) -> tuple[dict, dict, int, int]:
     return fast, slow, taken, regions
 
 
-@pytest.mark.parametrize("quoted", [False, True], ids=["plain", "prompts-quoting-anchors"])
-def test_a_serving_log_reads_the_same_both_ways(run, tmp_path, monkeypatch, quoted):
+@pytest.mark.parametrize(
+    ("quoted", "other"), [(False, True), (True, True), (False, False)],
+    ids=["plain", "prompts-quoting-anchors", "one-stats-process"],
+)  # fmt: skip
+def test_a_serving_log_reads_the_same_both_ways(run, tmp_path, monkeypatch, quoted, other):
     """Prompts that quote the families' anchors make a region's lines go one by one (_take);
-    without them the region is read in bulk (read/bulk.py)."""
+    without them the region is read in bulk (read/bulk.py). With one stats process, a region's
+    stats lines are one batch and its access lines one run, however they interleave (the
+    times go back each minute: the lifetime must still end at the last line's)."""
     log = tmp_path / "serving.log"
-    log.write_text(serving_log(quoted))
+    log.write_text(serving_log(quoted, other))
+    merged, real = 0, bulk._merged
+
+    def counted(*args):
+        nonlocal merged
+        merged += 1
+        real(*args)
+
+    monkeypatch.setattr(bulk, "_merged", counted)
     fast, slow, taken, regions = both_ways(run, [log], monkeypatch)
+    assert (merged > 10) is not other
     assert taken > 200  # the access lines (in runs) and stats lines went the bulk way
     assert (regions > 0) is not quoted
     assert fast == slow
@@ -99,6 +116,7 @@ def test_every_recording_reads_the_same_both_ways(log, run, monkeypatch):
 def test_a_bulk_form_reads_what_the_rule_reads(rules):
     """Every line of a family's bulk form, in the fixtures and in a serving log's forms, is a plain
     line (lineparse.plain) whose message the rule's own pattern matches alone with the same groups."""
+    from vllm_doctor.facts import line_time
     from vllm_doctor.read import lineparse
 
     eng = engine.Engine(rules)
@@ -119,6 +137,9 @@ def test_a_bulk_form_reads_what_the_rule_reads(rules):
                 want = eng._search(f.key, eng._patterns(f.key)[0], parsed[1], parsed[3])
                 got = {k: v.decode() for k, v in m.groupdict().items() if v is not None}
                 assert want == [got], text
+                assert any(a in m.group() for a in f.anchors)  # found by its anchors (bulk._read_lines)
+                if f.counted:  # a process's lines around it go where they went (bulk._merged)
+                    assert parsed[2] is None and line_time(text)[0] is None and "pid=" not in text
                 assert bulk.covered(bytearray(text.encode() + b"\n"), 0, len(text) + 1, fams) == [f]
     assert seen > 20
 

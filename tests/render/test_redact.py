@@ -477,3 +477,21 @@ def test_a_copied_log_is_masked_as_each_line_is_among_long_runs_of_plain_lines()
     assert red.copy(io.BytesIO(text.encode()), copied) == len(lines)
     assert copied.getvalue().decode() == red.text(text)
     assert MASK in copied.getvalue().decode()
+
+
+def test_stats_lines_are_copied_as_they_are():
+    """A stats line's "tokens/s" starts no form (each form's name ends at "token", then a quote,
+    "=", ":" or a space): a block of them has no line to mask one by one, and one that does
+    hold a token is still masked."""
+    from vllm_doctor.render.logcopy import slow
+
+    stats = (
+        "(APIServer pid=1) INFO 12-03 10:00:00 [loggers.py:1] Engine 000: Avg prompt throughput: 657.3 tokens/s,"
+        " Avg generation throughput: 12.0 tokens/s, Running: 7 reqs, Waiting: 0 reqs, max_num_batched_tokens=8192\n"
+    )
+    red = Redactor([])
+    assert slow(red, b"", (stats * 50).encode()) == []
+    token = "the token=abcdefgh1234\n"
+    block = stats * 3 + token + stats
+    assert slow(red, b"", block.encode()) == [3 * len(stats), 3 * len(stats) + len(token)]  # it, and the next
+    assert red.text(block) == block.replace("abcdefgh1234", MASK)

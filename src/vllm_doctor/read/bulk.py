@@ -17,7 +17,11 @@ import re
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
+from operator import methodcaller
 from typing import Any
+
+from vllm_doctor.read import lineparse
 
 
 @dataclass
@@ -31,18 +35,24 @@ class Family:
 
 
 def _holds(f: Family, data: bytes) -> bool:
-    """Whether data holds one of f's anchors: one multi-literal scan where hyperscan is there
-    (ten times faster than a search per anchor over a region), else a search per anchor."""
+    """Whether data holds one of f's anchors."""
     if f.finder is None:
-        f.finder = _database(f.anchors)
-    if f.finder is False:
-        return any(a in data for a in f.anchors)
+        f.finder = finder(f.anchors)
+    return holds(f.finder, f.anchors, data)
+
+
+def holds(db: Any, literals: tuple[bytes, ...], data: bytes) -> bool:
+    """Whether data holds one of the literals: one multi-literal scan of finder()'s database (ten
+    times faster than a search per literal over a region), else (False: none) a search each."""
+    if db is False:
+        return any(a in data for a in literals)
     found: list[int] = []
-    f.finder.scan(data, match_event_handler=lambda i, *_: found.append(i))
+    db.scan(data, match_event_handler=lambda i, *_: found.append(i))
     return bool(found)
 
 
-def _database(anchors: tuple[bytes, ...]) -> Any:
+def finder(anchors: tuple[bytes, ...]) -> Any:
+    """A hyperscan database of the literals for holds(); False without hyperscan."""
     try:
         import hyperscan
     except ImportError:
@@ -58,6 +68,7 @@ def _database(anchors: tuple[bytes, ...]) -> Any:
     return db
 
 
+SAMPLE = 64 << 10  # bytes at a region's head that tell whether a read family's lines are most of it
 MAX_STRAYS = 256  # more lines of a family's anchors out of its form: the region is read line by line
 _META = set(".^$*+?{}[]|()\\")
 
@@ -100,7 +111,9 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
             if any(missing.values()) and not _strays(region, lo, f, missing, present.strays):
                 return None
         else:  # none of its anchors in the bytes between its lines; the matches kept for entries()
-            ms = list(f.form.finditer(buf, lo, cut))
+            ms = _read_lines(buf, lo, cut, region, f)
+            if ms is None:
+                return None
             starts, texts = list(map(re.Match.start, ms)), list(map(re.Match.group, ms))
             between = b"\n".join(map(buf.__getitem__, map(slice, [lo, *map(re.Match.end, ms)], [*starts, cut])))
             if _holds(f, between):
@@ -110,6 +123,27 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
         if any(_holds(g, lines) for g in present if g is not f):
             return None
     return present
+
+
+def _read_lines(buf: bytearray, lo: int, cut: int, region: bytes, f: Family) -> list[re.Match[bytes]] | None:
+    """The lines of a read family's form in the region. Where they are a few of its lines, found
+    by the first of its anchors there (a form's line holds an anchor, as the rule reads only such
+    lines: tests/matching/test_engine_bulk.py), each matched alone: a search for the form's lead
+    would try it at each line of a serving log whose lines share it ("(APIServer pid=1) ").
+    None: a line holding the anchor is of no form."""
+    anchor = next(a for a in f.anchors if a in region)
+    head = region[:SAMPLE]
+    if head.count(anchor) * 4 >= head.count(b"\n"):  # most lines are (the head tells): one search for all
+        return list(f.form.finditer(buf, lo, cut))
+    out = []
+    at = region.find(anchor)
+    while at >= 0:
+        m = f.form.match(buf, lo + region.rfind(b"\n", 0, at) + 1, cut)
+        if m is None:
+            return None
+        out.append(m)
+        at = region.find(anchor, m.end() - lo)
+    return out
 
 
 def _strays(region: bytes, lo: int, f: Family, missing: dict[bytes, int], out: list[tuple[int, int]]) -> bool:
@@ -185,6 +219,9 @@ def _gap(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], o
             out.append((no, (f.key, Columns(ms, list(range(no, no + len(ms))), lines), None, None), (), None))
             _runs(buf, end, b, families, cursor, out)
             return
+        if _one_process(lines):
+            _merged(buf, a, b, families, read[0], cursor, out)
+            return
     found = sorted(
         ((m.start(), m, t, f.key) for f, ms, lines in read for m, t in zip(ms, lines, strict=True)), key=_first
     )
@@ -202,6 +239,39 @@ def _gap(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], o
         batch.lines.append(text)
         pos = m.end()
     _runs(buf, pos, b, families, cursor, out)
+
+
+def _one_process(lines: list[bytes]) -> bool:
+    """Whether a read family's lines all share the first one's process prefix ("(APIServer
+    pid=1) INFO "): the lines the engine reads as one run, routed alike."""
+    key = lineparse.plain_key(lines[0][:256].decode("utf-8", "replace"))
+    prefix = key.encode() if key else b""
+    return bool(prefix) and all(map(methodcaller("startswith", prefix), lines))
+
+
+def _merged(buf: bytearray, a: int, b: int, families: Present, read: tuple, cursor: list[int], out: list) -> None:
+    """buf[a:b] whose read family's lines are of one process, with the counted family's lines
+    among them: the counted lines before the first read line as one run, the read lines as one
+    batch, the counted lines after its first line as one run. The same as the interleaved
+    batches and runs _gap gives: a counted line carries no process, pid or time (its form holds
+    none), so after the first read line each goes where that one went (knowledge/lifetimes.py),
+    and its facts are counts, whatever their order."""
+    f, ms, lines = read
+    _runs(buf, a, ms[0].start(), families, cursor, out)
+    runs = []  # (family, its first line after the batch's first, its last)
+    for g in families:
+        first = g.form.search(buf, ms[0].end(), b) if g.counted else None
+        if first is not None:
+            last = _last(g.form, buf, first.start(), b)
+            assert last is not None  # (the first is one)
+            runs.append((g, first, last))
+    at = sorted([*(m.start() for m in ms), *(m.start() for _, *ends in runs for m in ends)])
+    no = dict(zip(at, map(partial(_no, buf, cursor=cursor), at), strict=True))  # (counted in order)
+    out.append((no[ms[0].start()], (f.key, Columns(ms, [no[m.start()] for m in ms], lines), None, None), (), None))
+    for g, first, last in runs:
+        run = {k.decode(): n for k, n in Counter(g.form.findall(buf, first.start(), b)).items()}
+        last_line = (no[last.start()], last.group().decode())
+        out.append((no[first.start()], (g.key, first.group().decode(), run, last_line), (), None))
 
 
 def _first(entry: tuple) -> int:

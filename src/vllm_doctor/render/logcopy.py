@@ -139,7 +139,9 @@ def _quick_at(block: bytes) -> Iterator[int]:
     tries each word at each byte), or, without google-re2, `re` over the lower-cased block."""
     global _QUICK_RX
     if _QUICK_RX is None:
-        words = b"|".join(re.escape(w) for w in _QUICK_BYTES)
+        # "token" then "s" ("tokens/s" in every stats line, max_num_batched_tokens) starts no
+        # form: each form's name ends at "token", then a quote, "=", ":" or a space
+        words = b"|".join(re.escape(w) + (b"[^s]" if w == b"token" else b"") for w in _QUICK_BYTES)
         try:
             import re2
 

@@ -5,6 +5,9 @@ the stop hangs (HANG)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from vllm_doctor.read import bulk
 from vllm_doctor.serve.options import Outcome
 
 # the engine is up and the HTTP server starts: uvicorn's lines (at its INFO level), vLLM's own
@@ -31,9 +34,12 @@ class Markers:
 
     def feed(self, data: bytes) -> None:
         o = self.outcome
-        start = self._close_open(data) if self._open is not None else 0
         n = len(self._tail)
         edge = self._tail + data[:KEEP] if n else b""
+        if self._open is None and not _any(data) and not (n and _any(edge)):
+            self._advance(data)  # no marker here (most chunks): one scan, not a search per marker
+            return
+        start = self._close_open(data) if self._open is not None else 0
         if not o.ready and any(_found(m, data, edge, n) for m in READY_MARKERS):
             o.ready = True
         if not o.hung and _found(HANG_MARKER, data, edge, n):
@@ -95,6 +101,18 @@ class Markers:
         if len(self._head) < HEAD:
             self._head += data[: HEAD - len(self._head)]
         self._tail = (self._tail + data[-KEEP:])[-KEEP:]
+
+
+_ALL = (*READY_MARKERS, *FATAL_MARKERS, HANG_MARKER)
+_SCAN: Any = None
+
+
+def _any(data: bytes) -> bool:
+    """Whether data holds one of the markers: one multi-literal scan where hyperscan is there."""
+    global _SCAN
+    if _SCAN is None:
+        _SCAN = bulk.finder(_ALL)
+    return bulk.holds(_SCAN, _ALL, data)
 
 
 def _straddles(marker: bytes, edge: bytes, n: int) -> int:
