@@ -4,10 +4,11 @@
 #   prometheus  prometheus and promtool: `promtool check rules` on `vllm-doctor alerts`, and the
 #               real Prometheus that `explain --prometheus` is tested against
 #   chromium    the screenshot test of the HTML report (tests/render/test_chromium.py)
+#   ripgrep, time  what bench/serving.py measures against (rg) and with (GNU time's peak RSS)
 # Under CI=true the tests that need them fail without them; elsewhere they are skipped.
 # Needs root or passwordless sudo to install. .ci/run calls it before the tests.
 set -euo pipefail
-need=(tmux:tmux promtool:prometheus prometheus:prometheus chromium:chromium)
+need=(tmux:tmux promtool:prometheus prometheus:prometheus chromium:chromium rg:ripgrep /usr/bin/time:time)
 missing=()
 for pair in "${need[@]}"; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
