@@ -178,7 +178,9 @@ def never_ready(lines: int, repeat: int, check: bool) -> int:
         print(f"{lines:,} lines ({lines * 98 / 1e6:,.0f} MB), never ready, median of {repeat}")
         print(f"  child alone (> /dev/null):             {a:6.2f} s")
         print(f"  serve, whole command until exit:       {t:6.2f} s  ({statistics.median(cpu):.2f} s CPU)")
-        print(f"  ratio:                                 {ratio:6.2f}x  (goal: {TARGET:g}x; guard: {NEVER_READY_GUARD:g}x)")
+        print(
+            f"  ratio:                                 {ratio:6.2f}x  (goal: {TARGET:g}x; guard: {NEVER_READY_GUARD:g}x)"
+        )
         print(f"  wrapper peak RSS:                      {max(peaks) / 1024:6.1f} MB")
     if ratio > TARGET:
         print(f"goal missed: {ratio:.2f}x > {TARGET:g}x")

@@ -117,5 +117,6 @@ def main(argv: list[str] | None = None) -> int:
         print("past a guard (or over 100 MB, or the cache OOM not found): " + ", ".join(past))
     return 1 if args.check and past else 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,6 +7,7 @@ a new directory (mode 0700) and nothing planted in one is followed."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -171,3 +172,23 @@ def test_planted_symlinks_are_never_followed(tmp_path, fake_bin, monkeypatch):
     finally:
         files.close()
     assert victim.read_text() == "precious\n"
+
+
+def test_a_copy_killed_half_way_is_no_server_log(tmp_path, fake_bin, monkeypatch):
+    """server.log is written by a process forked beside the diagnosis (serve/incident.py's
+    _begin): killed half-way, its file is removed and named missing, not passed off as whole."""
+    here = os.getpid()
+
+    def die(self, fin, fout):
+        if os.getpid() == here:  # (not forked: fail as a copy does, rather than kill the tests)
+            raise MemoryError
+        fout.write(b"half a log\n")
+        fout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setattr(Redactor, "copy", die)
+    o, err = _in_process(tmp_path, fake_bin, monkeypatch)
+    assert "server.log" not in {p.name for p in o.report_dir.iterdir()}
+    assert any("ended with -9" in e for e in o.internal_errors), o.internal_errors
+    assert "without server.log; raw output in " in err
+    os.unlink(err.strip().splitlines()[-1].rsplit("raw output in ", 1)[1])

@@ -243,23 +243,24 @@ class LinearPattern:
     search and finditer, groupindex, and
     matches whose groupdict() has the pattern's own group names."""
 
-    __slots__ = ("_names", "_rx", "pattern")
+    __slots__ = ("_index", "_rx", "pattern")
 
     def __init__(self, pattern: str, rx: Any, names: dict[str, list[str]]):
-        self.pattern, self._rx, self._names = pattern, rx, names
+        self.pattern, self._rx = pattern, rx
+        index = rx.groupindex  # (google-re2 builds this dict anew on each ask, and on each group by name)
+        self._index = {name: tuple(index[i] for i in internal) for name, internal in names.items()}
 
     @property
     def groupindex(self) -> dict[str, int]:
-        index = self._rx.groupindex
-        return {name: index[internal[0]] for name, internal in self._names.items()}
+        return {name: groups[0] for name, groups in self._index.items()}
 
     def search(self, string: str, pos: int | None = None, endpos: int | None = None):
         m = self._rx.search(_encodable(string), pos, endpos)
-        return None if m is None else LinearMatch(m, self._names)
+        return None if m is None else LinearMatch(m, self._index)
 
     def finditer(self, string: str, pos: int | None = None, endpos: int | None = None) -> Iterator[LinearMatch]:
         for m in self._rx.finditer(_encodable(string), pos, endpos):
-            yield LinearMatch(m, self._names)
+            yield LinearMatch(m, self._index)
 
 
 def _encodable(text: str) -> str:
@@ -277,27 +278,30 @@ class LinearMatch:
     """An RE2 match with the groups under the pattern's own names: a name used twice has the
     value of the last such group that took part (as in the regex module)."""
 
-    __slots__ = ("_m", "_names")
+    __slots__ = ("_m", "_index")
 
-    def __init__(self, m: Any, names: dict[str, list[str]]):
-        self._m, self._names = m, names
+    def __init__(self, m: Any, index: dict[str, tuple[int, ...]]):
+        self._m, self._index = m, index  # name -> the numbers of its RE2 groups
 
     def group(self, *groups: int | str):
         if len(groups) > 1:
             return tuple(self.group(g) for g in groups)
         g = groups[0] if groups else 0
         if isinstance(g, str):
-            if g not in self._names:
+            if g not in self._index:
                 raise IndexError("no such group")
-            values = [self._m.group(internal) for internal in self._names[g]]
+            values = [self._m[i] for i in self._index[g]]
             return next((v for v in reversed(values) if v is not None), None)
         return self._m.group(g)
 
     __getitem__ = group
 
     def groupdict(self, default=None) -> dict[str, Any]:
-        out = {name: self.group(name) for name in self._names}
-        return {k: default if v is None else v for k, v in out.items()}
+        m, out = self._m, {}
+        for name, index in self._index.items():
+            v = m[index[0]] if len(index) == 1 else self.group(name)
+            out[name] = default if v is None else v
+        return out
 
     def start(self, group: int = 0) -> int:
         return self._m.start(group)

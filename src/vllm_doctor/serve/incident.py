@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import tempfile
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -28,7 +30,7 @@ def say(opts: ServeOptions, line: str) -> None:
 
 def finish(w: Run) -> None:
     opts, o = w.opts, w.outcome
-    report, diag_error = None, None
+    report, diag_error, begun = None, None, None
     try:
         from vllm_doctor.knowledge.checks import Options
         from vllm_doctor.knowledge.rulebook import LOG_KINDS, builtin
@@ -43,6 +45,8 @@ def finish(w: Run) -> None:
         if clean and (w.capture_path is None or not may_fail(w.capture_path, rules)):
             w.discard_capture()  # no report to write: the explain of the capture could only say healthy
             return
+        if not clean and w.capture_path is not None:  # a report whatever the diagnosis says
+            begun = _begin(w)
         report = explain([str(w.capture_path)], rules, options)
         report.paths = ["server.log"]
     except Exception as e:
@@ -68,7 +72,7 @@ def finish(w: Run) -> None:
         return
     if w.capture_path is None:
         return
-    o.report_dir, missing = write_report(w, report, diag_error)
+    o.report_dir, missing = write_report(w, report, diag_error, begun)
     if o.report_dir is None:
         return
     if "server.log" not in missing:  # the capture is deleted only once server.log holds it all
@@ -122,23 +126,31 @@ class ReportFiles:
         os.close(self._fd)
 
 
-def write_report(w: Run, report, diag_error: str | None) -> tuple[Path | None, list[str]]:
-    """server.log first (the one thing that must exist), then env.txt, report.json, report.md.
-    Returns the directory and the files that could not be written."""
-    from vllm_doctor.render.redact import Redactor, flag_values, secret_values
-    from vllm_doctor.render.visible import visible
+Begun = tuple  # (directory, its ReportFiles, the Redactor or None, what the copy ended with)
 
-    opts, o = w.opts, w.outcome
+
+def _begin(w: Run) -> Begun | None:
+    """The report directory, and server.log written into it by a forked process while this one
+    diagnoses: the redacted copy and the explain of a large capture each take a core, not one
+    after the other. For a report that is certain before the diagnosis (a bad exit status, a
+    signal, never ready, --always-report). None: write_report makes both after it."""
     try:
-        d = _report_dir(opts)
+        d = _report_dir(w.opts)
         files = ReportFiles(d)
-    except OSError as e:
-        say(
-            opts, f"vllm-doctor: cannot create the report directory ({e.strerror or e}); raw output in {w.capture_path}"
-        )
-        return None, []
-    missing = []
-    red = Redactor(secret_values() + flag_values(w.argv)) if opts.redact else None
+    except OSError:
+        return None  # write_report tries again, and says why it cannot
+    red = _redactor(w)
+    return d, files, red, _copy_aside(w, files, red)
+
+
+def _redactor(w: Run):
+    from vllm_doctor.render.redact import Redactor, flag_values, secret_values
+
+    return Redactor(secret_values() + flag_values(w.argv)) if w.opts.redact else None
+
+
+def _copy_log(w: Run, files: ReportFiles, red) -> str | None:
+    """server.log, the capture (redacted unless --no-redact); what went wrong, or None."""
     try:
         with open(str(w.capture_path), "rb") as fin, files.open("server.log") as fout:
             if red is not None:
@@ -146,9 +158,72 @@ def write_report(w: Run, report, diag_error: str | None) -> tuple[Path | None, l
             else:
                 shutil.copyfileobj(fin, fout, 1 << 20)
     except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _copy_aside(w: Run, files: ReportFiles, red) -> Callable[[], str | None]:
+    """_copy_log in a forked process; returns what waits for it and gives its result (here at
+    once where no process can be forked)."""
+    try:
+        r, wr = os.pipe()
+    except OSError:
+        r = wr = -1
+    pid = -1
+    if r >= 0:
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(wr)
+    if pid < 0:
+        error = _copy_log(w, files, red)
+        return lambda: error
+    if pid == 0:  # the copy: killed by a signal as a plain process is, it never passes for whole
+        try:
+            os.close(r)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+                signal.signal(sig, signal.SIG_DFL)
+            error = _copy_log(w, files, red)
+            os.write(wr, (error or "").encode("utf-8", "replace")[:4096])
+        finally:
+            os._exit(0)
+
+    def result() -> str | None:
+        with os.fdopen(r, "rb") as f:
+            error = f.read().decode("utf-8", "replace")
+        status = os.waitpid(pid, 0)[1]
+        code = os.waitstatus_to_exitcode(status)
+        return error or (f"the copying process ended with {code}" if code else None)
+
+    os.close(wr)
+    return result
+
+
+def write_report(w: Run, report, diag_error: str | None, begun: Begun | None = None) -> tuple[Path | None, list[str]]:
+    """server.log first (the one thing that must exist; begun: being written already), then
+    env.txt, report.json, report.md. Returns the directory and the files that could not be written."""
+    from vllm_doctor.render.visible import visible
+
+    opts, o = w.opts, w.outcome
+    if begun is not None:
+        d, files, red, copied = begun
+        error = copied()
+    else:
+        try:
+            d = _report_dir(opts)
+            files = ReportFiles(d)
+        except OSError as e:
+            say(opts, f"vllm-doctor: cannot create the report directory ({e.strerror or e}); raw output in "
+                f"{w.capture_path}")  # fmt: skip
+            return None, []
+        red = _redactor(w)
+        error = _copy_log(w, files, red)
+    missing = []
+    if error is not None:
         missing.append("server.log")
         files.remove("server.log")
-        o.internal_errors.append(f"server.log: {type(e).__name__}: {e}")
+        o.internal_errors.append(f"server.log: {error}")
     version = report.facts.get("vllm_version") if report is not None else None
     if red is not None and report is not None:  # its evidence each line beside its neighbours (a wrap's cut)
         from vllm_doctor.render.redact import report as masked
