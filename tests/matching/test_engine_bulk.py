@@ -102,6 +102,38 @@ def test_a_serving_log_reads_the_same_both_ways(run, tmp_path, monkeypatch, quot
     assert len(fast["lifetimes"]) == 2
 
 
+def stamped(text: str, cri: bool) -> str:
+    """Each line behind docker's timestamp (`docker logs -t`), or a CRI log file's (/var/log/pods),
+    a second apart."""
+    out = []
+    for i, line in enumerate(text.splitlines()):
+        stamp = f"2024-11-30T{i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d}.{i:09d}Z"
+        out.append(f"{stamp} {'stdout F ' if cri else ''}{line}")
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("cri", [False, True], ids=["docker-timestamps", "cri-file"])
+def test_a_stamped_serving_log_reads_the_same_both_ways(run, tmp_path, monkeypatch, cri):
+    """Behind a collector's timestamp a family's line is no bulk form's, but it is still read
+    whole by its family (engine._take, lineparse.plain), as parse() reads it: the same report."""
+    from vllm_doctor.read import lineparse
+
+    text = stamped(serving_log(False, other=False), cri)
+    plain = 0
+    for line in text.splitlines():
+        read = lineparse.plain(line)
+        if read is not None:
+            plain += 1
+            assert read[1:] == lineparse.parse(line), line
+    assert plain > 3000
+    log = tmp_path / "serving.log"
+    log.write_text(text)
+    fast, slow, taken, regions = both_ways(run, [log], monkeypatch)
+    assert taken > 3000 and regions == 0  # read whole, line by line
+    assert fast == slow
+    assert len(fast["lifetimes"]) == 2
+
+
 BULKY = sorted(
     p for p in FIXTURES.rglob("*.log") if any(a in p.read_text(errors="replace") for a in (" /v1/", "Running: "))
 )

@@ -203,10 +203,13 @@ def parse(raw: str) -> tuple[str, str | None, str | None]:
 # The two forms that make up most of a serving log: uvicorn's access line and vLLM's own logger
 # line, with nothing around them. `plain` reads them without parse()'s general path (the bulk of
 # a log is read at the speed of one match a line); a line it declines goes through parse().
+# Either may follow docker's or a CRI log file's timestamp (`docker logs -t`, /var/log/pods), a
+# collector prefix parse() strips too: the run key leaves it out (it differs on every line).
 _PLAIN = re.compile(
-    r"(?P<lead>INFO:     )(?=\d)"  # uvicorn: INFO:     127.0.0.1:53938 - "POST /v1/completions HTTP/1.1" 200 OK
+    rf"(?:{_DATE}(?:\s+(?:stdout|stderr)\s+[FP])?\s+)?"  # 2024-11-30T01:53:24.123456789Z [stdout F]
+    r"(?:(?P<lead>INFO:     )(?=\d)"  # uvicorn: INFO:     127.0.0.1:53938 - "POST /v1/completions HTTP/1.1" 200 OK
     r"|(?P<lead2>\((?P<name>[A-Za-z_][\w\-]*) pid=\d+\) (?P<level>DEBUG|INFO|WARNING|ERROR)"
-    r" )\d\d-\d\d \d\d:\d\d:\d\d [\[][\w.]+:\d+\] (?=\S)"  # (APIServer pid=1) INFO 11-30 01:53:24 [x.py:9] msg
+    r" )\d\d-\d\d \d\d:\d\d:\d\d [\[][\w.]+:\d+\] (?=\S))"  # (APIServer pid=1) INFO 11-30 01:53:24 [x.py:9] msg
 )
 _PLAIN_NOT = re.compile(r"[\x00-\x1f\x7f&#^\[{]|%\||it/s\]|s/it\]|\)\s*$")  # what parse() would change
 
