@@ -112,13 +112,25 @@ def stamped(text: str, cri: bool) -> str:
     return "\n".join(out) + "\n"
 
 
-@pytest.mark.parametrize("cri", [False, True], ids=["docker-timestamps", "cri-file"])
-def test_a_stamped_serving_log_reads_the_same_both_ways(run, tmp_path, monkeypatch, cri):
-    """Behind a collector's timestamp a family's line is no bulk form's, but it is still read
-    whole by its family (engine._take, lineparse.plain), as parse() reads it: the same report."""
+def two_pods() -> str:
+    """Two containers' serving logs as `kubectl logs -l app=vllm --prefix` interleaves them: the
+    same pids in each, the second's after the first's first thousand lines."""
+    a, b = (serving_log(False, other=False).splitlines() for _ in range(2))
+    b = [f"[pod/vllm-1/vllm] {line}" for line in b]
+    out = [f"[pod/vllm-0/vllm] {line}" for line in a[:1000]]
+    for x, y in zip(a[1000:], b, strict=False):
+        out += [f"[pod/vllm-0/vllm] {x}", y]
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("form", ["docker-timestamps", "cri-file", "kubectl-two-pods"])
+def test_a_prefixed_serving_log_reads_the_same_both_ways(run, tmp_path, monkeypatch, form):
+    """Behind a collector's prefix a family's line is no bulk form's, but it is still read whole
+    by its family (engine._take, lineparse.plain), as parse() reads it: the same report, two
+    containers' lines two runs however they interleave."""
     from vllm_doctor.read import lineparse
 
-    text = stamped(serving_log(False, other=False), cri)
+    text = two_pods() if form == "kubectl-two-pods" else stamped(serving_log(False, other=False), form == "cri-file")
     plain = 0
     for line in text.splitlines():
         read = lineparse.plain(line)
@@ -131,7 +143,7 @@ def test_a_stamped_serving_log_reads_the_same_both_ways(run, tmp_path, monkeypat
     fast, slow, taken, regions = both_ways(run, [log], monkeypatch)
     assert taken > 3000 and regions == 0  # read whole, line by line
     assert fast == slow
-    assert len(fast["lifetimes"]) == 2
+    assert len(fast["lifetimes"]) == (4 if form == "kubectl-two-pods" else 2)
 
 
 BULKY = sorted(

@@ -227,12 +227,16 @@ PLAIN = [
     " Avg generation throughput: 410.7 tokens/s, Running: 48 reqs, Waiting: 17 reqs, GPU KV cache usage: 98.7%",
     "(APIServer pid=7) INFO 11-30 00:47:38 [logger.py:43] Received request chatcmpl-f1: prompt: 'CUDA out of memory',"
     " params: SamplingParams(n=1), prompt_token_ids: None, lora_request: None.",
+    f"[pod/vllm-0/vllm] (APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] {MSG}",  # kubectl logs --prefix
+    f"2024-05-01T12:00:40.123456789Z (APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] {MSG}",  # docker logs -t
+    '2024-05-01T12:00:40.1Z stdout F INFO:     127.0.0.1:1 - "GET /v1/models HTTP/1.1" 200 OK',  # a CRI file
+    'vllm-1  | INFO:     127.0.0.1:1 - "GET /v1/models HTTP/1.1" 200 OK',  # docker compose
 ]
 NOT_PLAIN = [
     f"\x1b[1;36m(APIServer pid=1)\x1b[0;0m INFO 05-01 12:00:40 [core.py:1] {MSG}",  # colour
     'INFO:     127.0.0.1:1 - "GET /v1/models?a=1&amp;b=2 HTTP/1.1" 200 OK',  # an entity parse() undoes
     "(APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] INFO 05-01 12:00:40 [core.py:1] x",  # stacked prefixes
-    f"[pod/vllm-0/vllm] (APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] {MSG}",  # a collector's
+    f"Nov 30 01:53:24 host vllm[12]: (APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] {MSG}",  # syslog's
     f"(APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] {MSG}\r",
 ]
 
@@ -241,6 +245,12 @@ NOT_PLAIN = [
 def test_plain_forms_read_as_parse_reads_them(raw):
     got = lineparse.plain(raw)
     assert got is not None and got[1:] == parse(raw)
+
+
+def test_a_plain_lines_run_key_is_its_container_and_process_not_its_stamp():
+    keys = {lineparse.plain(f"{stamp}{ctr}(APIServer pid=1) INFO 05-01 12:00:40 [core.py:1] {MSG}")[0]
+            for stamp in ("", "2024-05-01T12:00:40Z ", "2024-05-01T12:00:41.5Z ") for ctr in ("", "[pod/a/b] ")}  # fmt: skip
+    assert keys == {"(APIServer pid=1) INFO ", "[pod/a/b] (APIServer pid=1) INFO "}
 
 
 @pytest.mark.parametrize("raw", NOT_PLAIN)

@@ -203,10 +203,13 @@ def parse(raw: str) -> tuple[str, str | None, str | None]:
 # The two forms that make up most of a serving log: uvicorn's access line and vLLM's own logger
 # line, with nothing around them. `plain` reads them without parse()'s general path (the bulk of
 # a log is read at the speed of one match a line); a line it declines goes through parse().
-# Either may follow docker's or a CRI log file's timestamp (`docker logs -t`, /var/log/pods), a
-# collector prefix parse() strips too: the run key leaves it out (it differs on every line).
+# Either may follow collector prefixes parse() strips too: docker's or a CRI log file's timestamp
+# (`docker logs -t`, /var/log/pods), which the run key leaves out (it differs on every line), and
+# a container's name (`kubectl logs --prefix`, docker compose), which it keeps (lines of two
+# containers are two processes' even where their pids are the same).
+_STAMP = rf"(?:{_DATE}(?:\s+(?:stdout|stderr)\s+[FP])?\s+)?"  # 2024-11-30T01:53:24.123456789Z [stdout F]
 _PLAIN = re.compile(
-    rf"(?:{_DATE}(?:\s+(?:stdout|stderr)\s+[FP])?\s+)?"  # 2024-11-30T01:53:24.123456789Z [stdout F]
+    rf"{_STAMP}(?P<ctr>\[pod/[^\]\s]+\]\s|[A-Za-z][\w.\-]*\s+\|\s)?{_STAMP}"  # [pod/vllm-0/vllm], vllm-1  |
     r"(?:(?P<lead>INFO:     )(?=\d)"  # uvicorn: INFO:     127.0.0.1:53938 - "POST /v1/completions HTTP/1.1" 200 OK
     r"|(?P<lead2>\((?P<name>[A-Za-z_][\w\-]*) pid=\d+\) (?P<level>DEBUG|INFO|WARNING|ERROR)"
     r" )\d\d-\d\d \d\d:\d\d:\d\d [\[][\w.]+:\d+\] (?=\S))"  # (APIServer pid=1) INFO 11-30 01:53:24 [x.py:9] msg
@@ -218,7 +221,7 @@ def plain_key(text: str) -> str | None:
     """The run key plain() gives a line it reads, by its first match only (the bulk reader's lines,
     matching/engine.py, are of a plain form: it needs their key, not the rest)."""
     m = _PLAIN.match(text)
-    return None if m is None else m["lead"] or m["lead2"]
+    return None if m is None else (m["ctr"] or "") + (m["lead"] or m["lead2"])
 
 
 def plain(text: str) -> tuple[str, str, str | None, str | None] | None:
@@ -231,6 +234,7 @@ def plain(text: str) -> tuple[str, str, str | None, str | None] | None:
     message = text[m.end() :]
     if "request" in message or "Request" in message or "response" in message or "Params(" in message:
         message = _payload(message) or message
+    key = (m["ctr"] or "") + (m["lead"] or m["lead2"])
     if m["lead"]:
-        return m["lead"], message, None, "INFO"
-    return m["lead2"], message, m["name"], m["level"]
+        return key, message, None, "INFO"
+    return key, message, m["name"], m["level"]
