@@ -201,6 +201,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.child:
         return child(args.lines, args.long_mb, args.never_ready)
+    sys.path.insert(0, str(HERE))
+    from run import doctor
+
+    doctor()  # (its bytecode compiled, as a wheel install has it)
     if args.never_ready:
         return never_ready(args.lines, args.repeat, args.check)
     with tempfile.TemporaryDirectory(prefix="vllm-doctor-bench-") as d:

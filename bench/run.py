@@ -19,6 +19,7 @@ size; a cold `explain` of a startup log at most 150 ms.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -49,7 +50,15 @@ def need(tool: str, how: str) -> str:
     return path
 
 
+@functools.cache
 def doctor() -> list[str]:
+    """The command, its package's bytecode compiled first: what a wheel install has, and an
+    editable one under PYTHONDONTWRITEBYTECODE=1 lacks (each run would compile ~100 modules)."""
+    import vllm_doctor
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    package = str(Path(vllm_doctor.__file__).parent)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", package], env=env, stdout=subprocess.DEVNULL, check=False)
     exe = Path(sys.executable).with_name("vllm-doctor")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "vllm_doctor"]
 
