@@ -6,9 +6,10 @@ a hit of one fact rule's anchors only (matching/engine.py's families: a rule's `
 whole line as uvicorn or vLLM's logger writes it). When every anchor of the families in a region
 lies in a line of its family's form (byte counts, and one findall per family present), the
 region's other anchors are scanned without the families' (Prefilter.scan_general), and the
-families' lines are read here: the stats lines one by one (each is a sample), the access lines
-between two other lines read as one run, counted by status. Elsewhere the region is read line by
-line, as any other.
+families' lines are read here: the stats lines as column batches (each line a sample), the
+access lines as runs counted by status; where the stats lines between two picked lines are one
+process's, they are one batch and the access lines among them one run, however the two
+interleave (_merged). Elsewhere the region is read line by line, as any other.
 """
 
 from __future__ import annotations
@@ -104,7 +105,12 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
     region = bytes(buf[lo:cut])
     present = Present(f for f in families if any(a in region for a in f.anchors))
     present.found, present.strays = {}, []
+    alone: set[int] = set()  # the families whose anchors are in their own lines only
+    lined: list[tuple[Family, bytes]] = []  # a family's lines, to hold against the others' anchors
     for f in present:
+        if f.counted and sum(g.counted for g in present) == 1 and not _holds(f, f.whole.sub(b"", region)):
+            alone.add(f.key)  # none out of its lines: one substitution and one scan, no counting
+            continue
         if f.counted:  # every anchor as often in its lines as in the region, or the rest in strays
             lines = b"\n".join(f.whole.findall(region))  # (no anchor holds a newline)
             missing = {a: region.count(a) - lines.count(a) for a in f.anchors}
@@ -119,9 +125,12 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
             if _holds(f, between):
                 return None
             present.found[f.key] = (ms, starts, texts)
+            alone.add(f.key)
             lines = b"\n".join(texts)
-        if any(_holds(g, lines) for g in present if g is not f):
-            return None
+        lined.append((f, lines))
+    # (a line of one family's form is of no other's: a family alone has no anchor in the others')
+    if any(_holds(g, lines) for f, lines in lined for g in present if g is not f and g.key not in alone):
+        return None
     return present
 
 
@@ -172,7 +181,8 @@ def _strays(region: bytes, lo: int, f: Family, missing: dict[bytes, int], out: l
 
 def entries(buf: bytearray, lo: int, cut: int, base: int, families: Present, spans: dict[int, tuple[int, int, bool]]):
     """(line no, what the line or run is, (), None) for the families' lines of buf[lo:cut] (a
-    covered region, `base` lines before it), in order. spans: line no -> (start, end, hit) of the
+    covered region, `base` lines before it), in order; and how far its newlines were counted
+    (offset, newlines from lo to it), that the caller counts none twice. spans: line no -> (start, end, hit) of the
     lines picked in the region: a run never spans one, a picked context line of a family's form
     is read alone after it, a picked hit is read by the general path."""
     cursor = [lo, base]  # (offset, lines before it): each newline is counted once, in order
@@ -189,7 +199,7 @@ def entries(buf: bytearray, lo: int, cut: int, base: int, families: Present, spa
     for entry in out:
         if isinstance(entry[1][1], Columns):
             entry[1][1].fill()  # (before the buffer is reused)
-    return out
+    return out, (cursor[0], cursor[1] - base)
 
 
 def _no(buf: bytearray, at: int, cursor: list[int]) -> int:

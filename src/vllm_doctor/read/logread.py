@@ -39,9 +39,8 @@ CONTEXT_AFTER = 5  # lines a wrapped or split message may continue on (the engin
 
 @dataclass(slots=True)
 class Bulk:
-    """A hit line the prefilter's `take` read whole (an access or stats line, the bulk of a serving
-    log): what it made of the line, in place of a Line. It pulls in no context, and is a
-    neighbour of nothing (a hit next to it reads it as a context line, as any other)."""
+    """A hit line the prefilter's `take` read whole (an access or stats line): what it made of it,
+    in place of a Line; it pulls in no context, and is a neighbour of nothing (a hit beside it reads it as context)."""
 
     no: int
     source: int
@@ -269,10 +268,11 @@ def _select(buf: bytearray, lo: int, cut: int, base: int, pf: Prefilter, tail: l
                 picked[n] = (_visible(buf, e, ne), (), False)
                 spans[n] = (e, ne, False)
             e = ne + 1
-    newlines += buf.count(b"\n", counted_to, cut)
     lines: list[tuple[int, Any, tuple[int, ...], bool | None]] = sorted((no, *v) for no, v in picked.items())
     if present:
-        taken = bulk.entries(buf, lo, cut, base, present, spans)
+        taken, (at, before) = bulk.entries(buf, lo, cut, base, present, spans)
+        counted_to, newlines = (at, before) if at > counted_to else (counted_to, newlines)  # the further count
+    newlines += buf.count(b"\n", counted_to, cut)
     if taken:  # a line read as context and in bulk: the context line first
         lines = sorted(lines + taken, key=lambda e: (e[0], e[3] is None)) if lines else taken
     return lines, owed, newlines
