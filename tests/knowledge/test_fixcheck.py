@@ -222,3 +222,12 @@ def test_a_tp_fix_that_cannot_be_asked_says_what_it_assumes(run):
     first = report.diagnoses[0].fixes[0]
     assert first.flag == "--tensor-parallel-size" and "Not re-checked for the cache: no model config" in first.why
     assert "it assumes 2 GPUs each with this one's memory" in first.why
+
+
+def test_a_count_that_is_no_number_refuses_nothing():
+    """A mangled line's 5000-digit "dimension" (no number: it stays text) is no reason to refuse
+    a TP fix, nor a traceback (bench/fuzz.py found it)."""
+    from vllm_doctor.knowledge.fixcheck import _tp
+
+    assert _tp(2, {"dimension": "7" * 5000, "heads": "x"}, None) is None
+    assert _tp(2, {"dimension": "33"}, None) == "--tensor-parallel-size 2 does not divide the dimension 33"

@@ -130,11 +130,22 @@ def _tp(tp: int, values: dict[str, Any], shape: ModelShape | None) -> str | None
 
     if tp < 1:
         return f"{TP_FLAG} {tp} is no size"
-    heads = values.get("heads") or values.get("num_attention_heads") or (shape.attention_heads if shape else None)
-    kv_heads = values.get("kv_heads") or values.get("num_kv_heads") or (shape.kv_heads if shape else None)
-    if not tp_ok(tp, int(heads) if heads else None, int(kv_heads) if kv_heads else None):
+    heads = _count(
+        values.get("heads") or values.get("num_attention_heads") or (shape.attention_heads if shape else None)
+    )
+    kv_heads = _count(values.get("kv_heads") or values.get("num_kv_heads") or (shape.kv_heads if shape else None))
+    if not tp_ok(tp, heads, kv_heads):
         return f"{TP_FLAG} {tp} does not divide {heads} attention heads and {kv_heads} KV heads"
-    dimension = values.get("dimension")
-    if dimension and int(dimension) % tp:
+    dimension = _count(values.get("dimension"))
+    if dimension and dimension % tp:
         return f"{TP_FLAG} {tp} does not divide the dimension {dimension}"
     return None
+
+
+def _count(value: Any) -> int | None:
+    """A count the log printed (heads, a dimension); None for none, or for text that is no count
+    (a mangled line's 5000-digit run stays text: engine.number)."""
+    try:
+        return int(value) if value else None
+    except (TypeError, ValueError):
+        return None
