@@ -279,9 +279,7 @@ def _merged(buf: bytearray, a: int, b: int, families: Present, read: tuple, curs
     no = dict(zip(at, map(partial(_no, buf, cursor=cursor), at), strict=True))  # (counted in order)
     out.append((no[ms[0].start()], (f.key, Columns(ms, [no[m.start()] for m in ms], lines), None, None), (), None))
     for g, first, last in runs:
-        run = {k.decode(): n for k, n in Counter(g.form.findall(buf, first.start(), b)).items()}
-        last_line = (no[last.start()], last.group().decode())
-        out.append((no[first.start()], (g.key, first.group().decode(), run, last_line), (), None))
+        out.append(_run(g, g.form.findall(buf, first.start(), b), first, no[first.start()], last, no[last.start()]))
 
 
 def _first(entry: tuple) -> int:
@@ -324,10 +322,14 @@ def _runs(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], 
         last = _last(f.form, buf, a, b)
         assert first is not None and last is not None  # (findall found some)
         no = _no(buf, first.start(), cursor)
-        last_no = _no(buf, last.start(), cursor)
-        run = {k.decode(): n for k, n in Counter(values).items()}
-        out.append((no, (f.key, first.group().decode(), run, (last_no, last.group().decode())), (), None))
+        out.append(_run(f, values, first, no, last, _no(buf, last.start(), cursor)))
     return len(out) > before
+
+
+def _run(f: Family, values: list, first: re.Match[bytes], no: int, last: re.Match[bytes], last_no: int) -> tuple:
+    """The entry of a counted family's run: its first line, its values' counts, its last line."""
+    run = {k.decode(): n for k, n in Counter(values).items()}
+    return no, (f.key, first.group().decode(), run, (last_no, last.group().decode())), (), None
 
 
 def _last(rx: re.Pattern[bytes], buf: bytearray, a: int, b: int) -> re.Match[bytes] | None:

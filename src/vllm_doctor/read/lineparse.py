@@ -26,11 +26,12 @@ _BARE_SGR = re.compile(r"\[\d{1,3}(?:;\d{1,3})*m")
 
 _LEVELS = r"DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
 _DATE = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+_STAMP = rf"{_DATE}(?:\s+(?:stdout|stderr)\s+[FP])?"  # docker --timestamps; a CRI file's 2024-…Z stdout F
 
 # Each prefix is tried at the start of what is left; they stack in any order.
 _COLLECTOR = re.compile(
     r"(?:"
-    rf"{_DATE}(?:\s+(?:stdout|stderr)\s+[FP])?(?:\s*\|)?\s+"  # docker --timestamps, k8s CRI, GitHub Actions
+    rf"{_STAMP}(?:\s*\|)?\s+"  # docker --timestamps, k8s CRI, GitHub Actions
     rf"|\[{_DATE}\]\s*(?:\|\s)?"  # CI: [2026-01-01T00:00:00Z]  |
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.\-/]+(?:\[\d+\])?:\s"  # syslog: Nov 30 01:53:24 host vllm[12]:
     r"|\[pod/[^\]\s]+\]\s"  # kubectl logs --prefix: [pod/vllm-0/vllm]
@@ -207,9 +208,8 @@ def parse(raw: str) -> tuple[str, str | None, str | None]:
 # (`docker logs -t`, /var/log/pods), which the run key leaves out (it differs on every line), and
 # a container's name (`kubectl logs --prefix`, docker compose), which it keeps (lines of two
 # containers are two processes' even where their pids are the same).
-_STAMP = rf"(?:{_DATE}(?:\s+(?:stdout|stderr)\s+[FP])?\s+)?"  # 2024-11-30T01:53:24.123456789Z [stdout F]
 _PLAIN = re.compile(
-    rf"{_STAMP}(?P<ctr>\[pod/[^\]\s]+\]\s|[A-Za-z][\w.\-]*\s+\|\s)?{_STAMP}"  # [pod/vllm-0/vllm], vllm-1  |
+    rf"(?:{_STAMP}\s+)?(?P<ctr>\[pod/[^\]\s]+\]\s|[A-Za-z][\w.\-]*\s+\|\s)?(?:{_STAMP}\s+)?"  # [pod/a/b], a-1  |
     r"(?:(?P<lead>INFO:     )(?=\d)"  # uvicorn: INFO:     127.0.0.1:53938 - "POST /v1/completions HTTP/1.1" 200 OK
     r"|(?P<lead2>\((?P<name>[A-Za-z_][\w\-]*) pid=\d+\) (?P<level>DEBUG|INFO|WARNING|ERROR)"
     r" )\d\d-\d\d \d\d:\d\d:\d\d [\[][\w.]+:\d+\] (?=\S))"  # (APIServer pid=1) INFO 11-30 01:53:24 [x.py:9] msg
