@@ -12,9 +12,9 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from itertools import accumulate, compress, pairwise
+from itertools import accumulate, compress, pairwise, repeat
 from math import isnan
-from operator import add
+from operator import add, ne
 from typing import Any
 
 from vllm_doctor.data import Line
@@ -304,16 +304,22 @@ class StatsSeries:
         if preempt.count(None) < n:
             self.preemptions = (self.preemptions or 0) + sum(filter(None, preempt))
         self.prompt_samples += sum(map(bool, prompt))
-        rates = [p for p, t in zip(cols.get("prefix_hit_pct", none), prompt, strict=True) if p is not None and t != 0.0]
-        self.prefix_traffic_samples += len(rates)
-        self.prefix_hit_last_pct = rates[-1] if rates else self.prefix_hit_last_pct
+        prefix = cols.get("prefix_hit_pct", none)  # the samples with a rate whose interval had traffic:
+        rated = list(  # (where every sample has a rate, by builtins)
+            compress(range(n), map(ne, prompt, repeat(0.0)))
+            if None not in prefix
+            else (j for j in range(n) if prefix[j] is not None and prompt[j] != 0.0)
+        )
+        self.prefix_traffic_samples += len(rated)
+        self.prefix_hit_last_pct = prefix[rated[-1]] if rated else self.prefix_hit_last_pct
         wait = list(compress(range(n), waiting))
+        w_running, w_kv = list(compress(running, waiting)), list(compress(kv, waiting))  # (in wait's order)
         self.waiting_samples += len(wait)
-        self.waiting_kv_max_pct = _max(self.waiting_kv_max_pct, _top(max, [kv[j] for j in wait]))
-        self.waiting_running_min = _min(self.waiting_running_min, _top(min, [running[j] for j in wait]))
-        self.waiting_running_max = _max(self.waiting_running_max, _top(max, [running[j] for j in wait]))
+        self.waiting_kv_max_pct = _max(self.waiting_kv_max_pct, _top(max, w_kv))
+        self.waiting_running_min = _min(self.waiting_running_min, _top(min, w_running))
+        self.waiting_running_max = _max(self.waiting_running_max, _top(max, w_running))
         idle = [j for j in wait if running[j] == 0 or (gen[j] == 0.0 and prompt[j] in (0.0, None))]
-        full = [j for j in wait if kv[j] is not None and kv[j] >= KV_NEAR_FULL_PCT]
+        full = [j for j, k in zip(wait, w_kv, strict=True) if k is not None and k >= KV_NEAR_FULL_PCT]
         self.waiting_idle, self.waiting_full = self.waiting_idle + len(idle), self.waiting_full + len(full)
         self.idle_run = _runs(idle, n, self.idle_run)[0]
         self.full_run, longest = _runs(full, n, self.full_run)
@@ -326,8 +332,10 @@ class StatsSeries:
         a group keeps its busiest, the first on a tie (one max()); only those are made points."""
         old, n, none = len(self.points), len(lines), [None] * len(lines)
         keys = [_busy(p) for p in self.points]
-        keys += zip([w or 0 for w in cols.get("waiting", none)], [k or 0.0 for k in cols.get("kv_usage_pct", none)],
-                    strict=True)  # fmt: skip
+        waiting, kv = cols.get("waiting", none), cols.get("kv_usage_pct", none)
+        # _busy's keys: `or` turns None into 0 (a column without None is its own keys)
+        keys += zip(waiting if None not in waiting else [w or 0 for w in waiting],
+                    kv if None not in kv else [k or 0.0 for k in kv], strict=True)  # fmt: skip
         sizes, j = [1] * old, 0
         while j < n:  # filled to POINTS_KEPT + 1, then halved pair by pair, the last one aside
             take = max(1, POINTS_KEPT + 1 - len(sizes))

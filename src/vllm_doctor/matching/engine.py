@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice, takewhile
+from operator import methodcaller
 from typing import Any, Protocol
 
 from vllm_doctor.data import EVIDENCE_CHARS, Line, Match, Rule, cut_evidence
@@ -145,9 +147,9 @@ class Engine:
         while j < n:
             text = batch.text(j)
             key = lineparse.plain_key(text)
-            prefix, k = (key or "").encode(), j + 1
-            while k < n and batch.lines[k].startswith(prefix):  # (a form's line has its key as its prefix)
-                k += 1
+            # the lines after j that share its key (a form's line has its key as its prefix), in C
+            same = map(methodcaller("startswith", (key or "").encode()), islice(batch.lines, j + 1, None))
+            k = j + 1 + len(list(takewhile(bool, same)))
             run = self._run
             started = run is None or run[0] != (index, source, key)
             if started:
@@ -235,7 +237,7 @@ def _families(rules: list[Rule], by_anchor: list[list[int]], anchors: list[str])
         if rule.bulk and all(anchors.index(a) in of for a in rule.anchors):
             counted = rule.series == "access" and len(rule.facts) == 1
             families.append(
-                Family(index, *bulk.compile_form(rule.bulk), tuple(a.encode() for a in rule.anchors), counted)
+                Family(index, *bulk.compile_form(rule.bulk, counted), tuple(a.encode() for a in rule.anchors), counted)
             )
     return of, families
 
@@ -306,8 +308,15 @@ def number(text: str) -> int | float | str:
 
 
 def convert_column(kind: type, values: Sequence[Any]) -> list[Any]:
-    """convert() over a column of captured bytes (None where the group took no part): one builtin
-    over the whole column where every value is a plain number, as convert() would read each."""
+    """convert() over a column of captured bytes (None where the group took no part), each distinct
+    value converted once: a stats column repeats a few hundred values over thousands of lines."""
+    distinct = list(dict.fromkeys(values))
+    return list(map(dict(zip(distinct, _converted(kind, distinct), strict=True)).__getitem__, values))
+
+
+def _converted(kind: type, values: list[Any]) -> list[Any]:
+    """convert() of each value: one builtin over them where every one is a plain number, as
+    convert() would read each."""
     if None not in values and b"" not in values:
         try:
             if kind is float:

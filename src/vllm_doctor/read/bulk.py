@@ -19,6 +19,7 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
+from itertools import accumulate
 from operator import methodcaller
 from typing import Any
 
@@ -28,7 +29,8 @@ from vllm_doctor.read import lineparse
 @dataclass
 class Family:
     key: int  # what the engine knows the family by (its rule's index)
-    form: re.Pattern[bytes]  # the rule's bulk form, a whole line, with the rule's named groups (compile_form())
+    form: re.Pattern[bytes]  # the rule's bulk form, a whole line, with the rule's named groups (compile_form());
+    # a counted family's has the whole line as its first group, before its one named group (re.split: _counted)
     whole: re.Pattern[bytes]  # the same without its groups: findall gives the lines
     anchors: tuple[bytes, ...]  # the anchors only its rule holds
     counted: bool  # its lines are only counted by their one group's value (access), not read one by one
@@ -74,10 +76,11 @@ MAX_STRAYS = 256  # more lines of a family's anchors out of its form: the region
 _META = set(".^$*+?{}[]|()\\")
 
 
-def compile_form(text: str) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
-    """A bulk form as a whole line: (with its groups, without). The form's leading literal opens
-    the pattern, checked to start a line by a lookbehind: `re` then finds candidates with a fast
-    substring search (ten times faster than a multiline ^, which is tried at every byte)."""
+def compile_form(text: str, lined: bool = False) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """A bulk form as a whole line: (with its groups, without); `lined`, the first with the whole
+    line as its first group. The form's leading literal opens the pattern, checked to start a line
+    by a lookbehind: `re` then finds candidates with a fast substring search (ten times faster than
+    a multiline ^, which is tried at every byte)."""
     lead, i = "", 0
     while i < len(text) and (text[i] not in _META or (text[i] == "\\" and text[i + 1 : i + 2] in _META)):
         lead += text[i + 1] if text[i] == "\\" else text[i]
@@ -86,14 +89,29 @@ def compile_form(text: str) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
     lit = re.escape(lead.encode("utf-8"))
     head = lit + rb"(?<![^\n]" + lit + rb")" if lead else rb"(?m:^)"
     plain = re.sub(rb"\(\?P<\w+>", b"(?:", rest)
-    return re.compile(head + rb"(?:" + rest + rb")(?m:$)"), re.compile(head + rb"(?:" + plain + rb")(?m:$)")
+    form = head + rb"(?:" + rest + rb")"
+    return re.compile((b"(" + form + b")" if lined else form) + rb"(?m:$)"), re.compile(
+        head + rb"(?:" + plain + rb")(?m:$)"
+    )
+
+
+@dataclass
+class Counted:
+    """A counted family's lines in a region, found in one pass (_counted), in order."""
+
+    starts: list[int]  # where each line starts in the buffer
+    lines: list[bytes]
+    values: list[bytes]  # each line's value of the family's one group
+    rest: bytes  # the region without them (their newlines stay)
 
 
 class Present(list):
-    """The families present in a covered region (a list of them), and each read family's lines
-    in it, found once: key -> (matches, their starts, their bytes), in order."""
+    """The families present in a covered region (a list of them), and each family's lines in it,
+    found once: for a read family key -> (matches, their starts, their bytes), in order; for a
+    counted one key -> Counted."""
 
     found: dict[int, tuple[list[re.Match[bytes]], list[int], list[bytes]]]
+    counted: dict[int, Counted]
     strays: list[tuple[int, int]]  # (start, end) of the lines holding a counted family's anchors out of its form
 
 
@@ -104,15 +122,17 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
     costs a byte search per anchor, not a scan."""
     region = bytes(buf[lo:cut])
     present = Present(f for f in families if any(a in region for a in f.anchors))
-    present.found, present.strays = {}, []
+    present.found, present.counted, present.strays = {}, {}, []
     alone: set[int] = set()  # the families whose anchors are in their own lines only
     lined: list[tuple[Family, bytes]] = []  # a family's lines, to hold against the others' anchors
     for f in present:
-        if f.counted and sum(g.counted for g in present) == 1 and not _holds(f, f.whole.sub(b"", region)):
-            alone.add(f.key)  # none out of its lines: one substitution and one scan, no counting
-            continue
-        if f.counted:  # every anchor as often in its lines as in the region, or the rest in strays
-            lines = b"\n".join(f.whole.findall(region))  # (no anchor holds a newline)
+        if f.counted:
+            found = present.counted[f.key] = _counted(region, lo, f)
+            if sum(g.counted for g in present) == 1 and not _holds(f, found.rest):
+                alone.add(f.key)  # none out of its lines: one split and one scan, no counting
+                continue
+            # every anchor as often in its lines as in the region, or the rest in strays
+            lines = b"\n".join(found.lines)  # (no anchor holds a newline)
             missing = {a: region.count(a) - lines.count(a) for a in f.anchors}
             if any(missing.values()) and not _strays(region, lo, f, missing, present.strays):
                 return None
@@ -132,6 +152,17 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
     if any(_holds(g, lines) for f, lines in lined for g in present if g is not f and g.key not in alone):
         return None
     return present
+
+
+def _counted(region: bytes, lo: int, f: Family) -> Counted:
+    """A counted family's lines in the region (buf[lo:...]) by one re.split of its form: the text
+    between them, each line, its value, in turn; where each starts, from the lengths (C's sums)."""
+    parts = f.form.split(region)
+    step = 1 + f.form.groups  # (the text before a line, then its groups: the line, its value)
+    lengths = list(map(len, parts))
+    del lengths[2::step]  # (a line's value lies inside it)
+    bounds = list(accumulate(lengths, initial=lo))
+    return Counted(bounds[1::2], parts[1::step], parts[2::step], b"".join(parts[0::step]))
 
 
 def _read_lines(buf: bytearray, lo: int, cut: int, region: bytes, f: Family) -> list[re.Match[bytes]] | None:
@@ -223,9 +254,10 @@ def _gap(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], o
     if len(read) == 1 and read[0][1]:
         f, ms, lines = read[0]
         first, end = ms[0].start(), ms[-1].end()
-        if buf.count(b"\n", first, end) == len(ms) - 1:  # every line between is one of them
+        if sum(map(len, lines)) + len(ms) - 1 == end - first:  # every line between is one of them (no byte else)
             _runs(buf, a, first, families, cursor, out)
             no = _no(buf, first, cursor)
+            cursor[0], cursor[1] = end, cursor[1] + len(ms) - 1  # (counted just now: not again)
             out.append((no, (f.key, Columns(ms, list(range(no, no + len(ms))), lines), None, None), (), None))
             _runs(buf, end, b, families, cursor, out)
             return
@@ -268,18 +300,18 @@ def _merged(buf: bytearray, a: int, b: int, families: Present, read: tuple, curs
     and its facts are counts, whatever their order."""
     f, ms, lines = read
     _runs(buf, a, ms[0].start(), families, cursor, out)
-    runs = []  # (family, its first line after the batch's first, its last)
+    runs = []  # (family, its lines, the first after the batch's first line, past its last)
     for g in families:
-        first = g.form.search(buf, ms[0].end(), b) if g.counted else None
-        if first is not None:
-            last = _last(g.form, buf, first.start(), b)
-            assert last is not None  # (the first is one)
-            runs.append((g, first, last))
-    at = sorted([*(m.start() for m in ms), *(m.start() for _, *ends in runs for m in ends)])
+        if g.counted:
+            c = families.counted[g.key]
+            i, k = bisect_left(c.starts, ms[0].end()), bisect_left(c.starts, b)
+            if i < k:
+                runs.append((g, c, i, k))
+    at = sorted([*(m.start() for m in ms), *(c.starts[j] for _, c, i, k in runs for j in (i, k - 1))])
     no = dict(zip(at, map(partial(_no, buf, cursor=cursor), at), strict=True))  # (counted in order)
     out.append((no[ms[0].start()], (f.key, Columns(ms, [no[m.start()] for m in ms], lines), None, None), (), None))
-    for g, first, last in runs:
-        out.append(_run(g, g.form.findall(buf, first.start(), b), first, no[first.start()], last, no[last.start()]))
+    for g, c, i, k in runs:
+        out.append(_run(g, c, i, k, no[c.starts[i]], no[c.starts[k - 1]]))
 
 
 def _first(entry: tuple) -> int:
@@ -315,31 +347,16 @@ def _runs(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], 
     for f in families:
         if not f.counted or a >= b:
             continue
-        values = f.form.findall(buf, a, b)
-        if not values:
-            continue
-        first = f.form.search(buf, a, b)
-        last = _last(f.form, buf, a, b)
-        assert first is not None and last is not None  # (findall found some)
-        no = _no(buf, first.start(), cursor)
-        out.append(_run(f, values, first, no, last, _no(buf, last.start(), cursor)))
+        c = families.counted[f.key]
+        i, k = bisect_left(c.starts, a), bisect_left(c.starts, b)  # (a and b are line starts: whole lines)
+        if i < k:
+            no = _no(buf, c.starts[i], cursor)
+            out.append(_run(f, c, i, k, no, _no(buf, c.starts[k - 1], cursor)))
     return len(out) > before
 
 
-def _run(f: Family, values: list, first: re.Match[bytes], no: int, last: re.Match[bytes], last_no: int) -> tuple:
-    """The entry of a counted family's run: its first line, its values' counts, its last line."""
-    run = {k.decode(): n for k, n in Counter(values).items()}
-    return no, (f.key, first.group().decode(), run, (last_no, last.group().decode())), (), None
-
-
-def _last(rx: re.Pattern[bytes], buf: bytearray, a: int, b: int) -> re.Match[bytes] | None:
-    """The last match in buf[a:b]: searched in windows from the end, each twice the last."""
-    size = 4096
-    while True:
-        start = max(a, b - size)
-        found = None
-        for found in rx.finditer(buf, start, b):  # noqa: B007 (the last one is kept)
-            pass
-        if found is not None or start == a:
-            return found
-        size *= 2
+def _run(f: Family, c: Counted, i: int, k: int, no: int, last_no: int) -> tuple:
+    """The entry of a counted family's run, its lines i..k-1: its first line, its values' counts,
+    its last line."""
+    run = {v.decode(): n for v, n in Counter(c.values[i:k]).items()}
+    return no, (f.key, c.lines[i].decode(), run, (last_no, c.lines[k - 1].decode())), (), None
