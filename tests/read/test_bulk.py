@@ -12,7 +12,7 @@ import pytest
 from vllm_doctor.facts import POINTS_KEPT, StatsSeries, convert
 from vllm_doctor.matching import engine
 from vllm_doctor.matching.engine import convert_column
-from vllm_doctor.read import bulk, logread
+from vllm_doctor.read import logread
 from vllm_doctor.render.json import to_dict
 
 STATS = (
@@ -67,15 +67,15 @@ def serving_log(rng: random.Random, lines: int) -> str:
 def both_ways(run, path, monkeypatch) -> tuple[dict, dict, list[int]]:
     """The report with the column path, the report line by line, and the sizes of the batches."""
     sizes: list[int] = []
-    fill = bulk.Columns.fill
+    real = engine.Engine._columns
 
-    def counted(self):
-        sizes.append(len(self.nos))
-        fill(self)
+    def counted(self, index, batch, *args):
+        sizes.append(len(batch.nos))
+        real(self, index, batch, *args)
 
     monkeypatch.setattr(logread, "REGION", 64 << 10)  # region boundaries inside the runs
     with monkeypatch.context() as m:
-        m.setattr(bulk.Columns, "fill", counted)
+        m.setattr(engine.Engine, "_columns", counted)
         fast = to_dict(run(path))
     with monkeypatch.context() as m:
         m.setattr(engine, "_families", lambda *_: ({}, []))

@@ -237,7 +237,7 @@ def _families(rules: list[Rule], by_anchor: list[list[int]], anchors: list[str])
         if rule.bulk and all(anchors.index(a) in of for a in rule.anchors):
             counted = rule.series == "access" and len(rule.facts) == 1
             families.append(
-                Family(index, *bulk.compile_form(rule.bulk, counted), tuple(a.encode() for a in rule.anchors), counted)
+                Family(index, *bulk.compile_form(rule.bulk), tuple(a.encode() for a in rule.anchors), counted)
             )
     return of, families
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from itertools import accumulate
+from itertools import accumulate, chain
 from operator import methodcaller
 from typing import Any
 
@@ -29,8 +30,7 @@ from vllm_doctor.read import lineparse
 @dataclass
 class Family:
     key: int  # what the engine knows the family by (its rule's index)
-    form: re.Pattern[bytes]  # the rule's bulk form, a whole line, with the rule's named groups (compile_form());
-    # a counted family's has the whole line as its first group, before its one named group (re.split: _counted)
+    form: re.Pattern[bytes]  # the rule's bulk form, a whole line as its first group, then the rule's named groups
     whole: re.Pattern[bytes]  # the same without its groups: findall gives the lines
     anchors: tuple[bytes, ...]  # the anchors only its rule holds
     counted: bool  # its lines are only counted by their one group's value (access), not read one by one
@@ -76,11 +76,11 @@ MAX_STRAYS = 256  # more lines of a family's anchors out of its form: the region
 _META = set(".^$*+?{}[]|()\\")
 
 
-def compile_form(text: str, lined: bool = False) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
-    """A bulk form as a whole line: (with its groups, without); `lined`, the first with the whole
-    line as its first group. The form's leading literal opens the pattern, checked to start a line
-    by a lookbehind: `re` then finds candidates with a fast substring search (ten times faster than
-    a multiline ^, which is tried at every byte)."""
+def compile_form(text: str) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """A bulk form as a whole line: (with the line as its first group, then the form's groups, for
+    re.split: _split; without any group). The form's leading literal opens the pattern, checked to
+    start a line by a lookbehind: `re` then finds candidates with a fast substring search (ten
+    times faster than a multiline ^, which is tried at every byte)."""
     lead, i = "", 0
     while i < len(text) and (text[i] not in _META or (text[i] == "\\" and text[i + 1 : i + 2] in _META)):
         lead += text[i + 1] if text[i] == "\\" else text[i]
@@ -89,29 +89,27 @@ def compile_form(text: str, lined: bool = False) -> tuple[re.Pattern[bytes], re.
     lit = re.escape(lead.encode("utf-8"))
     head = lit + rb"(?<![^\n]" + lit + rb")" if lead else rb"(?m:^)"
     plain = re.sub(rb"\(\?P<\w+>", b"(?:", rest)
-    form = head + rb"(?:" + rest + rb")"
-    return re.compile((b"(" + form + b")" if lined else form) + rb"(?m:$)"), re.compile(
-        head + rb"(?:" + plain + rb")(?m:$)"
-    )
+    return re.compile(b"(" + head + rb"(?:" + rest + rb"))(?m:$)"), re.compile(head + rb"(?:" + plain + rb")(?m:$)")
 
 
 @dataclass
-class Counted:
-    """A counted family's lines in a region, found in one pass (_counted), in order."""
+class Found:
+    """A family's lines in a region, in order, found once (_split, _read_lines)."""
 
     starts: list[int]  # where each line starts in the buffer
     lines: list[bytes]
-    values: list[bytes]  # each line's value of the family's one group
+    groups: Sequence[Sequence[Any]]  # per group of the form, its value (bytes) in each line, None where it took no part
     rest: bytes  # the region without them (their newlines stay)
+
+    def end(self, j: int) -> int:
+        return self.starts[j] + len(self.lines[j])
 
 
 class Present(list):
-    """The families present in a covered region (a list of them), and each family's lines in it,
-    found once: for a read family key -> (matches, their starts, their bytes), in order; for a
-    counted one key -> Counted."""
+    """The families present in a covered region (a list of them), and each family's lines in it:
+    key -> Found."""
 
-    found: dict[int, tuple[list[re.Match[bytes]], list[int], list[bytes]]]
-    counted: dict[int, Counted]
+    found: dict[int, Found]
     strays: list[tuple[int, int]]  # (start, end) of the lines holding a counted family's anchors out of its form
 
 
@@ -122,31 +120,26 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
     costs a byte search per anchor, not a scan."""
     region = bytes(buf[lo:cut])
     present = Present(f for f in families if any(a in region for a in f.anchors))
-    present.found, present.counted, present.strays = {}, {}, []
+    present.found, present.strays = {}, []
     alone: set[int] = set()  # the families whose anchors are in their own lines only
     lined: list[tuple[Family, bytes]] = []  # a family's lines, to hold against the others' anchors
     for f in present:
-        if f.counted:
-            found = present.counted[f.key] = _counted(region, lo, f)
-            if sum(g.counted for g in present) == 1 and not _holds(f, found.rest):
-                alone.add(f.key)  # none out of its lines: one split and one scan, no counting
-                continue
-            # every anchor as often in its lines as in the region, or the rest in strays
-            lines = b"\n".join(found.lines)  # (no anchor holds a newline)
+        found = _split(region, lo, f) if f.counted else _read_lines(buf, lo, cut, region, f)
+        if found is None:
+            return None
+        present.found[f.key] = found
+        if f.counted and sum(g.counted for g in present) == 1 and not _holds(f, found.rest):
+            alone.add(f.key)  # none out of its lines: one split and one scan, no counting
+            continue
+        lines = b"\n".join(found.lines)  # (no anchor holds a newline)
+        if f.counted:  # every anchor as often in its lines as in the region, or the rest in strays
             missing = {a: region.count(a) - lines.count(a) for a in f.anchors}
             if any(missing.values()) and not _strays(region, lo, f, missing, present.strays):
                 return None
-        else:  # none of its anchors in the bytes between its lines; the matches kept for entries()
-            ms = _read_lines(buf, lo, cut, region, f)
-            if ms is None:
-                return None
-            starts, texts = list(map(re.Match.start, ms)), list(map(re.Match.group, ms))
-            between = b"\n".join(map(buf.__getitem__, map(slice, [lo, *map(re.Match.end, ms)], [*starts, cut])))
-            if _holds(f, between):
-                return None
-            present.found[f.key] = (ms, starts, texts)
+        elif _holds(f, found.rest):  # a read family: none of its anchors between its lines
+            return None
+        else:
             alone.add(f.key)
-            lines = b"\n".join(texts)
         lined.append((f, lines))
     # (a line of one family's form is of no other's: a family alone has no anchor in the others')
     if any(_holds(g, lines) for f, lines in lined for g in present if g is not f and g.key not in alone):
@@ -154,18 +147,18 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
     return present
 
 
-def _counted(region: bytes, lo: int, f: Family) -> Counted:
-    """A counted family's lines in the region (buf[lo:...]) by one re.split of its form: the text
-    between them, each line, its value, in turn; where each starts, from the lengths (C's sums)."""
+def _split(region: bytes, lo: int, f: Family) -> Found:
+    """A family's lines in the region (buf[lo:...]) by one re.split of its form, which gives the
+    text before a line, the line, its groups' values, in turn (no match object, no Python step a
+    line); where each line starts, from the lengths of the texts and lines before it."""
     parts = f.form.split(region)
-    step = 1 + f.form.groups  # (the text before a line, then its groups: the line, its value)
-    lengths = list(map(len, parts))
-    del lengths[2::step]  # (a line's value lies inside it)
-    bounds = list(accumulate(lengths, initial=lo))
-    return Counted(bounds[1::2], parts[1::step], parts[2::step], b"".join(parts[0::step]))
+    step = 1 + f.form.groups
+    lengths = zip(map(len, parts[0::step]), map(len, parts[1::step]), strict=False)  # (a text ends the region)
+    bounds = list(accumulate(chain.from_iterable(lengths), initial=lo))
+    return Found(bounds[1::2], parts[1::step], [parts[g::step] for g in range(2, step)], b"".join(parts[0::step]))
 
 
-def _read_lines(buf: bytearray, lo: int, cut: int, region: bytes, f: Family) -> list[re.Match[bytes]] | None:
+def _read_lines(buf: bytearray, lo: int, cut: int, region: bytes, f: Family) -> Found | None:
     """The lines of a read family's form in the region. Where they are a few of its lines, found
     by the first of its anchors there (a form's line holds an anchor, as the rule reads only such
     lines: tests/matching/test_engine_bulk.py), each matched alone: a search for the form's lead
@@ -174,7 +167,7 @@ def _read_lines(buf: bytearray, lo: int, cut: int, region: bytes, f: Family) -> 
     anchor = next(a for a in f.anchors if a in region)
     head = region[:SAMPLE]
     if head.count(anchor) * 4 >= head.count(b"\n"):  # most lines are (the head tells): one search for all
-        return list(f.form.finditer(buf, lo, cut))
+        return _split(region, lo, f)
     out = []
     at = region.find(anchor)
     while at >= 0:
@@ -183,7 +176,10 @@ def _read_lines(buf: bytearray, lo: int, cut: int, region: bytes, f: Family) -> 
             return None
         out.append(m)
         at = region.find(anchor, m.end() - lo)
-    return out
+    starts = list(map(re.Match.start, out))
+    rest = b"".join(map(buf.__getitem__, map(slice, [lo, *map(re.Match.end, out)], [*starts, cut])))
+    line, *groups = zip(*map(re.Match.groups, out), strict=True)
+    return Found(starts, list(line), groups, rest)
 
 
 def _strays(region: bytes, lo: int, f: Family, missing: dict[bytes, int], out: list[tuple[int, int]]) -> bool:
@@ -227,9 +223,6 @@ def entries(buf: bytearray, lo: int, cut: int, base: int, families: Present, spa
             _gap(buf, start, end + 1, families, cursor, out)
         pos = end + 1
     _gap(buf, pos, cut, families, cursor, out)
-    for entry in out:
-        if isinstance(entry[1][1], Columns):
-            entry[1][1].fill()  # (before the buffer is reused)
     return out, (cursor[0], cursor[1] - base)
 
 
@@ -245,41 +238,36 @@ def _gap(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], o
     of those as one run."""
     if a >= b:
         return
-    read = []
+    read = []  # (family, its lines, the first in buf[a:b], past the last)
     for f in families:
         if not f.counted:
-            ms, starts, lines = families.found[f.key]
-            i, k = bisect_left(starts, a), bisect_left(starts, b)
-            read.append((f, ms[i:k], lines[i:k]))
-    if len(read) == 1 and read[0][1]:
-        f, ms, lines = read[0]
-        first, end = ms[0].start(), ms[-1].end()
-        if sum(map(len, lines)) + len(ms) - 1 == end - first:  # every line between is one of them (no byte else)
+            found = families.found[f.key]
+            read.append((f, found, bisect_left(found.starts, a), bisect_left(found.starts, b)))
+    if len(read) == 1 and read[0][2] < read[0][3]:
+        f, found, i, k = read[0]
+        first, end = found.starts[i], found.end(k - 1)
+        if sum(map(len, found.lines[i:k])) + k - i - 1 == end - first:  # every line between is one of them
             _runs(buf, a, first, families, cursor, out)
             no = _no(buf, first, cursor)
-            cursor[0], cursor[1] = end, cursor[1] + len(ms) - 1  # (counted just now: not again)
-            out.append((no, (f.key, Columns(ms, list(range(no, no + len(ms))), lines), None, None), (), None))
+            cursor[0], cursor[1] = end, cursor[1] + k - i - 1  # (counted just now: not again)
+            out.append((no, (f.key, Columns.of(f, found, i, k, list(range(no, no + k - i))), None, None), (), None))
             _runs(buf, end, b, families, cursor, out)
             return
-        if _one_process(lines):
+        if _one_process(found.lines[i:k]):
             _merged(buf, a, b, families, read[0], cursor, out)
             return
-    found = sorted(
-        ((m.start(), m, t, f.key) for f, ms, lines in read for m, t in zip(ms, lines, strict=True)), key=_first
-    )
+    lines = sorted(((found.starts[j], f, found, j) for f, found, i, k in read for j in range(i, k)), key=_first)
     pos, no, batch_key = a, 0, -1
     batch: Columns | None = None
-    for start, m, text, key in found:
+    for start, f, found, j in lines:
         if start - pos > 1 and _runs(buf, pos, start, families, cursor, out):
             batch = None  # a run between: the batch before it is done
         no = no + 1 if batch is not None and start - pos == 1 else _no(buf, start, cursor)
-        if batch is None or key != batch_key:
-            batch, batch_key = Columns([], [], []), key
-            out.append((no, (key, batch, None, None), (), None))
-        batch.matches.append(m)
-        batch.nos.append(no)
-        batch.lines.append(text)
-        pos = m.end()
+        if batch is None or f.key != batch_key:
+            batch, batch_key = Columns.of(f, found, j, j, []), f.key
+            out.append((no, (f.key, batch, None, None), (), None))
+        batch.add(found, j, no)
+        pos = found.end(j)
     _runs(buf, pos, b, families, cursor, out)
 
 
@@ -298,20 +286,23 @@ def _merged(buf: bytearray, a: int, b: int, families: Present, read: tuple, curs
     batches and runs _gap gives: a counted line carries no process, pid or time (its form holds
     none), so after the first read line each goes where that one went (knowledge/lifetimes.py),
     and its facts are counts, whatever their order."""
-    f, ms, lines = read
-    _runs(buf, a, ms[0].start(), families, cursor, out)
+    f, found, i, k = read
+    first = found.starts[i]
+    _runs(buf, a, first, families, cursor, out)
     runs = []  # (family, its lines, the first after the batch's first line, past its last)
     for g in families:
         if g.counted:
-            c = families.counted[g.key]
-            i, k = bisect_left(c.starts, ms[0].end()), bisect_left(c.starts, b)
-            if i < k:
-                runs.append((g, c, i, k))
-    at = sorted([*(m.start() for m in ms), *(c.starts[j] for _, c, i, k in runs for j in (i, k - 1))])
+            c = families.found[g.key]
+            ci, ck = bisect_left(c.starts, found.end(i)), bisect_left(c.starts, b)
+            if ci < ck:
+                runs.append((g, c, ci, ck))
+    at = sorted([*found.starts[i:k], *(c.starts[j] for _, c, ci, ck in runs for j in (ci, ck - 1))])
     no = dict(zip(at, map(partial(_no, buf, cursor=cursor), at), strict=True))  # (counted in order)
-    out.append((no[ms[0].start()], (f.key, Columns(ms, [no[m.start()] for m in ms], lines), None, None), (), None))
-    for g, c, i, k in runs:
-        out.append(_run(g, c, i, k, no[c.starts[i]], no[c.starts[k - 1]]))
+    out.append(
+        (no[first], (f.key, Columns.of(f, found, i, k, [no[s] for s in found.starts[i:k]]), None, None), (), None)
+    )
+    for g, c, ci, ck in runs:
+        out.append(_run(g, c, ci, ck, no[c.starts[ci]], no[c.starts[ck - 1]]))
 
 
 def _first(entry: tuple) -> int:
@@ -320,21 +311,28 @@ def _first(entry: tuple) -> int:
 
 class Columns:
     """A batch of one read family's lines, in order, as columns: the line numbers, each line's
-    bytes, and per group of the form its values (bytes, None where it did not take part), made
-    from the matches by fill() before the buffer is reused."""
+    bytes, and per group of the form its values (bytes, None where it did not take part)."""
 
-    __slots__ = ("matches", "nos", "lines", "groups")
+    __slots__ = ("nos", "lines", "groups", "_at")
 
-    def __init__(self, matches: list[re.Match[bytes]], nos: list[int], lines: list[bytes]):
-        self.matches = matches
+    def __init__(self, nos: list[int], lines: list[bytes], groups: dict[str, list], at: dict[str, int]):
         self.nos = nos
         self.lines = lines
-        self.groups: dict[str, tuple] = {}
+        self.groups = groups  # (in the order of the form's groups, as groupdict() gives them)
+        self._at = at  # each group's column in a Found
 
-    def fill(self) -> None:
-        ms, self.matches = self.matches, []
-        columns = list(zip(*map(re.Match.groups, ms), strict=True))
-        self.groups = {name: columns[i - 1] for name, i in ms[0].re.groupindex.items()}  # groupdict()'s order
+    @classmethod
+    def of(cls, f: Family, found: Found, i: int, k: int, nos: list[int]) -> Columns:
+        """Lines i..k-1 of a family's found lines, numbered nos."""
+        at = {name: g - 2 for name, g in f.form.groupindex.items()}  # (group 1 is the line)
+        return cls(nos, found.lines[i:k], {name: list(found.groups[c][i:k]) for name, c in at.items()}, at)
+
+    def add(self, found: Found, j: int, no: int) -> None:
+        """One more line, found's line j."""
+        self.nos.append(no)
+        self.lines.append(found.lines[j])
+        for name, c in self._at.items():
+            self.groups[name].append(found.groups[c][j])
 
     def text(self, j: int) -> str:
         return self.lines[j].decode()
@@ -347,7 +345,7 @@ def _runs(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], 
     for f in families:
         if not f.counted or a >= b:
             continue
-        c = families.counted[f.key]
+        c = families.found[f.key]
         i, k = bisect_left(c.starts, a), bisect_left(c.starts, b)  # (a and b are line starts: whole lines)
         if i < k:
             no = _no(buf, c.starts[i], cursor)
@@ -355,8 +353,8 @@ def _runs(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], 
     return len(out) > before
 
 
-def _run(f: Family, c: Counted, i: int, k: int, no: int, last_no: int) -> tuple:
+def _run(f: Family, c: Found, i: int, k: int, no: int, last_no: int) -> tuple:
     """The entry of a counted family's run, its lines i..k-1: its first line, its values' counts,
     its last line."""
-    run = {v.decode(): n for v, n in Counter(c.values[i:k]).items()}
+    run = {v.decode(): n for v, n in Counter(c.groups[0][i:k]).items()}
     return no, (f.key, c.lines[i].decode(), run, (last_no, c.lines[k - 1].decode())), (), None
