@@ -113,6 +113,18 @@ def cut_evidence(line: int, text: str, source: int = 0) -> Evidence:
     return Evidence(line, text[:EVIDENCE_CHARS], source, len(text) > EVIDENCE_CHARS)
 
 
+@dataclass(slots=True)
+class TracebackRecord:
+    """A frame, an exception line or a fatal line of a traceback, where it was (knowledge/tracebacks.py reads them)."""
+
+    line: int
+    source: int
+    process: str | None
+    level: str | None
+    text: str
+    fields: dict[str, Any]
+
+
 @dataclass
 class Match:
     """All the places one rule matched, with the numbers of its first match."""

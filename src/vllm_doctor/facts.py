@@ -12,12 +12,12 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from itertools import accumulate, compress, pairwise, repeat
+from itertools import accumulate, compress, pairwise
 from math import isnan
-from operator import add, ne
+from operator import add
 from typing import Any
 
-from vllm_doctor.data import Line
+from vllm_doctor.data import Line, TracebackRecord
 
 KV_NEAR_FULL_PCT = 80.0  # KV usage at or above this, with requests waiting, is a full cache
 
@@ -304,14 +304,9 @@ class StatsSeries:
         if preempt.count(None) < n:
             self.preemptions = (self.preemptions or 0) + sum(filter(None, preempt))
         self.prompt_samples += sum(map(bool, prompt))
-        prefix = cols.get("prefix_hit_pct", none)  # the samples with a rate whose interval had traffic:
-        rated = list(  # (where every sample has a rate, by builtins)
-            compress(range(n), map(ne, prompt, repeat(0.0)))
-            if None not in prefix
-            else (j for j in range(n) if prefix[j] is not None and prompt[j] != 0.0)
-        )
-        self.prefix_traffic_samples += len(rated)
-        self.prefix_hit_last_pct = prefix[rated[-1]] if rated else self.prefix_hit_last_pct
+        rates = [p for p, t in zip(cols.get("prefix_hit_pct", none), prompt, strict=True) if p is not None and t != 0.0]
+        self.prefix_traffic_samples += len(rates)
+        self.prefix_hit_last_pct = rates[-1] if rates else self.prefix_hit_last_pct
         wait = list(compress(range(n), waiting))
         w_running, w_kv = list(compress(running, waiting)), list(compress(kv, waiting))  # (in wait's order)
         self.waiting_samples += len(wait)
@@ -332,8 +327,7 @@ class StatsSeries:
         a group keeps its busiest, the first on a tie (one max()); only those are made points."""
         old, n, none = len(self.points), len(lines), [None] * len(lines)
         keys = [_busy(p) for p in self.points]
-        waiting, kv = cols.get("waiting", none), cols.get("kv_usage_pct", none)
-        # _busy's keys: `or` turns None into 0 (a column without None is its own keys)
+        waiting, kv = cols.get("waiting", none), cols.get("kv_usage_pct", none)  # (_busy's `or` changes None alone)
         keys += zip(waiting if None not in waiting else [w or 0 for w in waiting],
                     kv if None not in kv else [k or 0.0 for k in kv], strict=True)  # fmt: skip
         sizes, j = [1] * old, 0
@@ -411,18 +405,6 @@ def _min(a, b):
     if b is None:
         return a
     return b if a is None or b < a else a
-
-
-@dataclass(slots=True)
-class TracebackRecord:
-    """A frame, an exception line or a fatal line of a traceback, where it was (knowledge/tracebacks.py reads them)."""
-
-    line: int
-    source: int
-    process: str | None
-    level: str | None
-    text: str
-    fields: dict[str, Any]
 
 
 DRAFT = "speculative.draft_architecture"

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote_plus
 
-from vllm_doctor.data import cut_evidence
-from vllm_doctor.facts import Facts, TracebackRecord
+from vllm_doctor.data import TracebackRecord, cut_evidence
+from vllm_doctor.facts import Facts
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
 
 FRAME_GAP = 12  # lines between two frames of one traceback (code lines, ^^^ markers, interleaved workers)
