@@ -35,6 +35,7 @@ class Family:
     anchors: tuple[bytes, ...]  # the anchors only its rule holds
     counted: bool  # its lines are only counted by their one group's value (access), not read one by one
     finder: Any = None  # a hyperscan database of its anchors (_holds), made on first use; False: none
+    spots: Any = None  # the same reporting every occurrence (_occurrences)
 
 
 def _holds(f: Family, data: bytes) -> bool:
@@ -54,8 +55,9 @@ def holds(db: Any, literals: tuple[bytes, ...], data: bytes) -> bool:
     return bool(found)
 
 
-def finder(anchors: tuple[bytes, ...]) -> Any:
-    """A hyperscan database of the literals for holds(); False without hyperscan."""
+def finder(anchors: tuple[bytes, ...], every: bool = False) -> Any:
+    """A hyperscan database of the literals for holds() (every: reporting each occurrence);
+    False without hyperscan."""
     try:
         import hyperscan
     except ImportError:
@@ -66,9 +68,26 @@ def finder(anchors: tuple[bytes, ...]) -> Any:
         expressions=[b"".join(b"\\x%02x" % c for c in a) for a in anchors],  # every byte as itself
         ids=list(range(n)),
         elements=n,
-        flags=[hyperscan.HS_FLAG_SINGLEMATCH] * n,  # whether, not where: one report per anchor at most
+        flags=[0 if every else hyperscan.HS_FLAG_SINGLEMATCH] * n,  # whether, not where: one report per anchor
     )
     return db
+
+
+def _occurrences(f: Family, region: bytes) -> list[int]:
+    """Where each occurrence of f's anchors ends in the region, in order: one scan of them all."""
+    if f.spots is None:
+        f.spots = finder(f.anchors, every=True)
+    found: list[int] = []
+    if f.spots is False:
+        for a in f.anchors:
+            at = region.find(a)
+            while at >= 0:
+                found.append(at + len(a))
+                at = region.find(a, at + 1)
+    else:
+        add = found.append
+        f.spots.scan(region, match_event_handler=lambda _id, _start, end, _flags, _ctx: add(end))
+    return sorted(found)
 
 
 SAMPLE = 64 << 10  # bytes at a region's head that tell whether a read family's lines are most of it
@@ -99,7 +118,7 @@ class Found:
     starts: list[int]  # where each line starts in the buffer
     lines: list[bytes]
     groups: Sequence[Sequence[Any]]  # per group of the form, its value (bytes) in each line, None where it took no part
-    rest: bytes  # the region without them (their newlines stay)
+    rest: bytes  # the region without them (their newlines stay): what may still hold the family's anchors
 
     def end(self, j: int) -> int:
         return self.starts[j] + len(self.lines[j])
@@ -159,27 +178,25 @@ def _split(region: bytes, lo: int, f: Family) -> Found:
 
 
 def _read_lines(buf: bytearray, lo: int, cut: int, region: bytes, f: Family) -> Found | None:
-    """The lines of a read family's form in the region. Where they are a few of its lines, found
-    by the first of its anchors there (a form's line holds an anchor, as the rule reads only such
-    lines: tests/matching/test_engine_bulk.py), each matched alone: a search for the form's lead
-    would try it at each line of a serving log whose lines share it ("(APIServer pid=1) ").
-    None: a line holding the anchor is of no form."""
+    """The lines of a read family's form in the region. Where they are a few of its lines, the
+    lines that hold its anchors (a form's line holds one, as the rule reads only such lines:
+    tests/matching/test_engine_bulk.py), each matched alone: a search for the form's lead would
+    try it at each line of a serving log whose lines share it ("(APIServer pid=1) "). Then no
+    anchor of the family is out of its lines (rest is empty). None: a line holding one is of no form."""
     anchor = next(a for a in f.anchors if a in region)
     head = region[:SAMPLE]
     if head.count(anchor) * 4 >= head.count(b"\n"):  # most lines are (the head tells): one search for all
         return _split(region, lo, f)
-    out = []
-    at = region.find(anchor)
-    while at >= 0:
-        m = f.form.match(buf, lo + region.rfind(b"\n", 0, at) + 1, cut)
+    out: list[re.Match[bytes]] = []
+    for end in _occurrences(f, region):
+        if out and end <= out[-1].end() - lo:
+            continue  # (in the line just read: an anchor holds no newline)
+        m = f.form.match(buf, lo + region.rfind(b"\n", 0, end) + 1, cut)
         if m is None:
             return None
         out.append(m)
-        at = region.find(anchor, m.end() - lo)
-    starts = list(map(re.Match.start, out))
-    rest = b"".join(map(buf.__getitem__, map(slice, [lo, *map(re.Match.end, out)], [*starts, cut])))
     line, *groups = zip(*map(re.Match.groups, out), strict=True)
-    return Found(starts, list(line), groups, rest)
+    return Found(list(map(re.Match.start, out)), list(line), groups, b"")
 
 
 def _strays(region: bytes, lo: int, f: Family, missing: dict[bytes, int], out: list[tuple[int, int]]) -> bool:
