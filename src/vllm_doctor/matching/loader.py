@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from pathlib import Path
 
 from vllm_doctor.data import CONFIDENCES, FIX_DIRECTIONS, SEVERITIES, Fix, Pattern, Rule
@@ -210,9 +211,12 @@ def _stat(path: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
+@lru_cache(maxsize=1024)
 def compile_regex(text: str):
     """A rule pattern compiled by RE2 in the linear-time subset (matching/linear.py; raises
-    NotLinear): every rule, built in or from --rules, matches in time linear in the line."""
+    NotLinear): every rule, built in or from --rules, matches in time linear in the line. Kept:
+    each engine of a process (serve's live watch, then its exit diagnosis) shares the compiled
+    pattern and the DFA states RE2 built while matching (RE2 matches from any thread)."""
     from vllm_doctor.matching.linear import compile_linear
 
     return compile_linear(text)
