@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate, chain
-from operator import methodcaller
+from operator import add, methodcaller
 from typing import Any
 
 from vllm_doctor.read import lineparse
@@ -181,9 +181,10 @@ def _split(region: bytes, lo: int, f: Family) -> Found:
     line); where each line starts, from the lengths of the texts and lines before it."""
     parts = f.form.split(region)
     step = 1 + f.form.groups
-    lengths = zip(map(len, parts[0::step]), map(len, parts[1::step]), strict=False)  # (a text ends the region)
-    bounds = list(accumulate(chain.from_iterable(lengths), initial=lo))
-    return Found(bounds[1::2], parts[1::step], [parts[g::step] for g in range(2, step)], b"".join(parts[0::step]))
+    texts, lines = parts[0::step], parts[1::step]
+    before = map(add, map(len, texts), chain((0,), map(len, lines)))  # a line's text before it, the line before
+    starts = list(accumulate(before, initial=lo))[1:-1]  # (the last text ends the region)
+    return Found(starts, lines, [parts[g::step] for g in range(2, step)], b"".join(texts))
 
 
 def _read_lines(buf: bytearray, lo: int, cut: int, region: bytes, f: Family) -> Found | None:
@@ -379,8 +380,15 @@ def _runs(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], 
     return len(out) > before
 
 
+def _counts(values: Sequence) -> dict:
+    """Each value's count, in the order first seen (as Counter): one count each where there are a
+    few (a run's statuses), three times faster than Counter's step a value."""
+    distinct = dict.fromkeys(values)
+    return {v: values.count(v) for v in distinct} if len(distinct) <= 8 else Counter(values)
+
+
 def _run(f: Family, c: Found, i: int, k: int, no: int, last_no: int) -> tuple:
     """The entry of a counted family's run, its lines i..k-1: its first line, its values' counts,
     its last line."""
-    run = {v.decode(): n for v, n in Counter(c.groups[0][i:k]).items()}
+    run = {v.decode(): n for v, n in _counts(c.groups[0][i:k]).items()}
     return no, (f.key, c.lines[i].decode(), run, (last_no, c.lines[k - 1].decode())), (), None
