@@ -10,7 +10,6 @@ number that needs traffic is left out when there was none.
 
 from __future__ import annotations
 
-from statistics import median
 from typing import Any
 
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
@@ -90,6 +89,8 @@ def prefill_stall(inp: CheckInput) -> CheckResult:
     ]
     if not decoding or not prefilling:
         return CheckResult({})
+    from statistics import median  # (5 ms to import: only a scrape with decode intervals needs it)
+
     base = median(i["itl_p95_ms"] for i in decoding)
     worst = max(prefilling, key=lambda i: i["itl_p99_ms"])
     out: dict[str, Any] = {
