@@ -25,6 +25,7 @@ from operator import add, methodcaller
 from typing import Any
 
 from vllm_doctor.read import lineparse
+from vllm_doctor.read.prefilter import SMALL
 
 
 @dataclass
@@ -145,9 +146,10 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
     """The families whose lines buf[lo:cut] holds, when every anchor of the families in it lies
     in a line of its family's form (or, for a counted family, in a few other lines: strays) and no
     such line holds another family's anchor; else None. A family none of whose anchors occur
-    costs one scan for them all."""
+    costs one scan for them all (a byte search each in a short region)."""
     region = bytes(buf[lo:cut])
-    present = Present(f for f in families if _holds(f, region))
+    small = len(region) <= SMALL  # (a search each, as the prefilter: no hyperscan to load for a short log)
+    present = Present(f for f in families if (any(a in region for a in f.anchors) if small else _holds(f, region)))
     present.found, present.strays = {}, []
     alone: set[int] = set()  # the families whose anchors are in their own lines only
     lined: list[tuple[Family, bytes]] = []  # a family's lines, to hold against the others' anchors
