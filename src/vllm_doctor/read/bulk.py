@@ -32,7 +32,7 @@ from vllm_doctor.read.prefilter import SMALL
 class Family:
     key: int  # what the engine knows the family by (its rule's index)
     form: re.Pattern[bytes]  # the rule's bulk form, a whole line as its first group, then the rule's named groups
-    whole: re.Pattern[bytes]  # the same without its groups: findall gives the lines
+    whole: re.Pattern[bytes]  # the same without its groups: whether a line is of the form (_strays)
     anchors: tuple[bytes, ...]  # the anchors only its rule holds
     counted: bool  # its lines are only counted by their one group's value (access), not read one by one
     finder: Any = None  # a hyperscan database of its anchors (_holds), made on first use; False: none
@@ -95,8 +95,8 @@ def _occurrences(f: Family, region: bytes) -> list[int]:
                 found.append(at + len(a))
                 at = region.find(a, at + 1)
     else:
-        add = found.append
-        f.spots.scan(region, match_event_handler=lambda _id, _start, end, _flags, _ctx: add(end))
+        keep = found.append
+        f.spots.scan(region, match_event_handler=lambda _id, _start, end, _flags, _ctx: keep(end))
     return sorted(found)
 
 
@@ -375,7 +375,7 @@ def _runs(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], 
         if not f.counted or a >= b:
             continue
         c = families.found[f.key]
-        i, k = bisect_left(c.starts, a), bisect_left(c.starts, b)  # (a and b are line starts: whole lines)
+        i, k = bisect_left(c.starts, a), bisect_left(c.starts, b)  # (b starts a line: each is whole in a..b)
         if i < k:
             no = _no(buf, c.starts[i], cursor)
             out.append(_run(f, c, i, k, no, _no(buf, c.starts[k - 1], cursor)))
