@@ -99,6 +99,19 @@ def test_concurrency_budget_with_a_target():
     assert r.values["missing_tokens"] == 20 * 8192 - 100_000 and r.values["target_max_model_len"] == 4992
 
 
+def test_a_printed_concurrency_that_is_no_number_is_no_figure():
+    """A mangled "Maximum concurrency ... 111...1x" (400 digits: float reads inf) leaves the budget
+    to tokens / length, and raises nothing (bench/fuzz.py, seed 7, found the OverflowError)."""
+    values = {"kv_cache.tokens": 100_000, "max_model_len": 8192}
+    assert (
+        run("concurrency_budget", {**values, "kv_cache.max_concurrency": float("1" * 400)}).values[
+            "worst_case_sequences"
+        ]
+        == 12
+    )
+    assert run("concurrency_budget", {**values, "kv_cache.max_concurrency": 13.5}).values["worst_case_sequences"] == 13
+
+
 def test_the_phases_the_checks_read_are_the_declared_ones():
     from vllm_doctor.facts import CACHE_PHASES, LIFE_PHASES, SHUTDOWN_PHASES, WEIGHT_PHASES
 

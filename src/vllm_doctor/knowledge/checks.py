@@ -417,8 +417,12 @@ def concurrency_budget(inp: CheckInput) -> CheckResult:
     if length:
         out["max_model_len"] = int(length)
         out["worst_case_sequences"] = int(tokens) // int(length)
-        printed = inp.get("kv_cache.max_concurrency")
-        if printed is not None and inp.get("kv_cache.concurrency_tokens") in (None, int(length)):
+        printed = inp.get("kv_cache.max_concurrency")  # (a mangled line's 400-digit run reads as inf: no figure)
+        if (
+            printed is not None
+            and math.isfinite(float(printed))
+            and inp.get("kv_cache.concurrency_tokens") in (None, int(length))
+        ):
             # vLLM's own figure: hybrid and sliding-window models hold more than tokens / length
             out["worst_case_sequences"] = int(float(printed))
     target = inp.options.target_concurrency
