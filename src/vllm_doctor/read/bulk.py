@@ -25,7 +25,7 @@ from operator import add, methodcaller
 from typing import Any
 
 from vllm_doctor.read import lineparse
-from vllm_doctor.read.prefilter import SMALL
+from vllm_doctor.read.prefilter import SMALL, find_each
 
 
 @dataclass
@@ -87,16 +87,11 @@ def _occurrences(f: Family, region: bytes) -> list[int]:
     """Where each occurrence of f's anchors ends in the region, in order: one scan of them all."""
     if f.spots is None:
         f.spots = finder(f.anchors, every=True)
-    found: list[int] = []
     if f.spots is False:
-        for a in f.anchors:
-            at = region.find(a)
-            while at >= 0:
-                found.append(at + len(a))
-                at = region.find(a, at + 1)
-    else:
-        keep = found.append
-        f.spots.scan(region, match_event_handler=lambda _id, _start, end, _flags, _ctx: keep(end))
+        return [end for end, _ in find_each(f.anchors, region)]
+    found: list[int] = []
+    keep = found.append
+    f.spots.scan(region, match_event_handler=lambda _id, _start, end, _flags, _ctx: keep(end))
     return sorted(found)
 
 

@@ -84,7 +84,7 @@ class Prefilter:
         if not self._encoded:
             return []
         if not self._built and len(buf) <= SMALL:
-            return self._find_each(bytes(buf) if isinstance(buf, memoryview) else buf)
+            return find_each(self._encoded, bytes(buf) if isinstance(buf, memoryview) else buf)
         if not self._built:
             self._build()
         if self._aho is not None:
@@ -110,20 +110,22 @@ class Prefilter:
         ids = self._general_ids
         return [(end, ids[i]) for end, i in self._general.scan(buf)]
 
-    def _find_each(self, buf: bytes | bytearray) -> list[tuple[int, int]]:
-        """Every occurrence of every anchor (overlapping ones too, as hyperscan reports them)."""
-        hits = []
-        for i, a in enumerate(self._encoded):
-            at = buf.find(a)
-            while at >= 0:
-                hits.append((at + len(a), i))
-                at = buf.find(a, at + 1)
-        hits.sort()
-        return hits
-
     def anchors_in(self, line: bytes) -> list[int]:
         """Every anchor a line holds (the slow, exact answer the fallback needs)."""
         return [i for i, a in enumerate(self._encoded) if a in line]
+
+
+def find_each(literals: list[bytes] | tuple[bytes, ...], buf: bytes | bytearray) -> list[tuple[int, int]]:
+    """(end offset, literal index) of every occurrence of every literal, in offset order
+    (overlapping ones too, as hyperscan reports them): a byte search each."""
+    hits = []
+    for i, a in enumerate(literals):
+        at = buf.find(a)
+        while at >= 0:
+            hits.append((at + len(a), i))
+            at = buf.find(a, at + 1)
+    hits.sort()
+    return hits
 
 
 def _hyperscan_db(hyperscan, anchors: list[str], name: str):
