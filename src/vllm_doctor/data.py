@@ -43,6 +43,7 @@ class Pattern:
     unless: str | None = None  # the match is void when this regex matches the same text
     example: str | None = None  # a real line the regex must match (checked by `rules check`)
     counter_examples: list[str] = field(default_factory=list)  # near misses the rule must not match
+    needs: tuple[str, ...] = ()  # a match contains one of these (matching/literal.py): the engine's gate
 
 
 @dataclass

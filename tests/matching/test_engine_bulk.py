@@ -178,7 +178,7 @@ def test_a_bulk_form_reads_what_the_rule_reads(rules):
                 text = m.group().decode()
                 parsed = lineparse.plain(text)
                 assert parsed is not None, text
-                want = eng._search(f.key, eng._patterns(f.key)[0], parsed[1], parsed[3])
+                want = eng._search(f.key, eng.rules[f.key].patterns[0], parsed[1], parsed[3])
                 got = {k: v.decode() for k, v in m.groupdict().items() if v is not None}
                 assert want == [got], text
                 assert any(a in m.group() for a in f.anchors)  # found by its anchors (bulk._read_lines)

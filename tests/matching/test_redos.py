@@ -55,7 +55,8 @@ def test_builtin_pattern_is_given_a_window_of_a_megabyte_line(tmp_path, rule, in
             searched.append(len(text))
             return self.rx.finditer(text, *a)
 
-    line = "".join(f"{a}{'a1 ' * 1000}" for a in rule.anchors).ljust(1 << 20, "x")
+    needed = rule.patterns[index].needs[:1]  # (a text without it is not searched: matching/literal.py)
+    line = "".join(f"{a}{'a1 ' * 1000}" for a in [*rule.anchors, *needed]).ljust(1 << 20, "x")
     path = tmp_path / "hostile.log"
     path.write_text(f"first line\n{line}\nlast line\n", encoding="utf-8")
     eng = Engine([rule])

@@ -13,8 +13,9 @@ from itertools import islice, takewhile
 from operator import methodcaller
 from typing import Any, Protocol
 
-from vllm_doctor.data import EVIDENCE_CHARS, Line, Match, Rule, cut_evidence
+from vllm_doctor.data import EVIDENCE_CHARS, Line, Match, Pattern, Rule, cut_evidence
 from vllm_doctor.facts import ARGS, MANY, SERIES_FIELDS, Facts, convert
+from vllm_doctor.matching.linear import encodable
 from vllm_doctor.matching.loader import compile_regex
 from vllm_doctor.read import bulk, lineparse
 from vllm_doctor.read.bulk import Family
@@ -52,18 +53,7 @@ class Engine:
         # rules that mark a phase go first on a line, a start first of all: a restart's banner opens
         # its lifetime before the same line's other facts (the version, the model, the cache size)
         self._order = {i: (r.phase != "server_start", r.phase is None, i) for i, r in enumerate(rules)}
-        self._compiled: dict[int, list] = {}  # every pattern in RE2 (matching/linear.py): linear in the text
         self._router: Router | None = None
-
-    def _patterns(self, index: int) -> list:
-        compiled = self._compiled.get(index)
-        if compiled is None:
-            compiled = [
-                (compile_regex(p.regex), compile_regex(p.unless) if p.unless else None, p.level)
-                for p in self.rules[index].patterns
-            ]
-            self._compiled[index] = compiled
-        return compiled
 
     def run(self, lines: Iterable[Line | Bulk], facts: Facts, router: Router | None = None) -> dict[str, Match]:
         """Feed every candidate line through the rules; returns diagnosis matches by rule id.
@@ -103,7 +93,7 @@ class Engine:
         if parsed is None or parsed[1].endswith((lineparse.PAYLOAD, lineparse.PAYLOAD_OPEN)):
             return None
         index = families.pop()
-        found = self._search(index, self._patterns(index)[0], parsed[1], parsed[3])
+        found = self._search(index, self.rules[index].patterns[0], parsed[1], parsed[3])
         return (index, text, found, None) if found else None
 
     def _bulk(self, item: Bulk, facts: Facts, covered: dict[int, tuple[int, int]]) -> None:
@@ -179,7 +169,7 @@ class Engine:
         would lose the message's numbers)."""
         rule = self.rules[index]
         texts = _Cached(_texts(_windows(prev, line, nexts, floor)))
-        for pattern in self._patterns(index):
+        for pattern in rule.patterns:
             for window, text in texts:
                 found = self._search(index, pattern, text, window[0].level)
                 if found:
@@ -187,17 +177,22 @@ class Engine:
                     return window[-1].no
         return 0
 
-    def _search(self, index: int, pattern, text: str, level: str | None) -> list[dict[str, Any]]:
-        """The matches' groups of one pattern in one text."""
-        rx, unless, want_level = pattern
-        if want_level and level != want_level:
+    def _search(self, index: int, pattern: Pattern, text: str, level: str | None) -> list[dict[str, Any]]:
+        """The matches' groups of one pattern in one text. Every pattern is in RE2 (matching/linear.py:
+        linear in the text), compiled on the first text that holds a literal it needs (literal.py)."""
+        if pattern.level and level != pattern.level:
             return []
+        if pattern.needs:
+            seen = encodable(text)  # what RE2 reads
+            if not any(n in seen for n in pattern.needs):
+                return []
+        rx = compile_regex(pattern.regex)
         if self.rules[index].kind == "fact":
             ms = list(rx.finditer(text))
         else:
             m = rx.search(text)
             ms = [m] if m else []
-        if ms and unless is not None and unless.search(text):
+        if ms and pattern.unless and compile_regex(pattern.unless).search(text):
             ms = []
         return [{k: v for k, v in m.groupdict().items() if v is not None} for m in ms]
 
@@ -236,9 +231,7 @@ def _families(rules: list[Rule], by_anchor: list[list[int]], anchors: list[str])
         rule = rules[index]
         if rule.bulk and all(anchors.index(a) in of for a in rule.anchors):
             counted = rule.series == "access" and len(rule.facts) == 1
-            families.append(
-                Family(index, *bulk.compile_form(rule.bulk), tuple(a.encode() for a in rule.anchors), counted)
-            )
+            families.append(Family(index, rule.bulk, tuple(a.encode() for a in rule.anchors), counted))
     return of, families
 
 

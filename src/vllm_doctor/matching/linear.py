@@ -255,15 +255,15 @@ class LinearPattern:
         return {name: groups[0] for name, groups in self._index.items()}
 
     def search(self, string: str, pos: int | None = None, endpos: int | None = None):
-        m = self._rx.search(_encodable(string), pos, endpos)
+        m = self._rx.search(encodable(string), pos, endpos)
         return None if m is None else LinearMatch(m, self._index)
 
     def finditer(self, string: str, pos: int | None = None, endpos: int | None = None) -> Iterator[LinearMatch]:
-        for m in self._rx.finditer(_encodable(string), pos, endpos):
+        for m in self._rx.finditer(encodable(string), pos, endpos):
             yield LinearMatch(m, self._index)
 
 
-def _encodable(text: str) -> str:
+def encodable(text: str) -> str:
     """The text with lone surrogates (which UTF-8 cannot hold, nor RE2 read) as '?': same length."""
     if text.isascii():
         return text

@@ -17,6 +17,7 @@ from pathlib import Path
 from vllm_doctor.data import CONFIDENCES, FIX_DIRECTIONS, SEVERITIES, Fix, Pattern, Rule
 from vllm_doctor.facts import ARGS, FACTS, SERIES_FIELDS
 from vllm_doctor.matching.contract import Checks, _close, name_problems
+from vllm_doctor.matching.literal import needs
 from vllm_doctor.matching.problems import Problems as _Problems
 from vllm_doctor.matching.problems import RuleError
 
@@ -346,7 +347,7 @@ def _patterns(data: dict, rule: Rule, trusted: bool, out: _Problems) -> set[str]
                 out.add(f"{key}.{skey}", "must be a string")
         counters = out.strings(p, "counter_example", prefix=f"{key}.") or []
         rule.patterns.append(Pattern(regex_text, p.get("since"), p.get("until"), texts["source"], level, unless,
-                                     texts["example"], counters))  # fmt: skip
+                                     texts["example"], counters, needs(regex_text)))  # fmt: skip
     return groups
 
 

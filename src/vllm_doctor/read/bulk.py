@@ -19,7 +19,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from itertools import accumulate, chain
 from operator import add, methodcaller
 from typing import Any
@@ -31,12 +31,19 @@ from vllm_doctor.read.prefilter import SMALL, find_each
 @dataclass
 class Family:
     key: int  # what the engine knows the family by (its rule's index)
-    form: re.Pattern[bytes]  # the rule's bulk form, a whole line as its first group, then the rule's named groups
-    whole: re.Pattern[bytes]  # the same without its groups: whether a line is of the form (_strays)
+    text: str  # the rule's bulk form (compile_form), compiled on first use: a startup log has no such line
     anchors: tuple[bytes, ...]  # the anchors only its rule holds
     counted: bool  # its lines are only counted by their one group's value (access), not read one by one
     finder: Any = None  # a hyperscan database of its anchors (_holds), made on first use; False: none
     spots: Any = None  # the same reporting every occurrence (_occurrences)
+
+    @cached_property
+    def form(self) -> re.Pattern[bytes]:  # a whole line as its first group, then the rule's named groups
+        return compile_form(self.text)[0]
+
+    @cached_property
+    def whole(self) -> re.Pattern[bytes]:  # the same without its groups: whether a line is of the form (_strays)
+        return compile_form(self.text)[1]
 
 
 def _holds(f: Family, data: bytes) -> bool:

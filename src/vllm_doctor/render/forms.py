@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 MASK = "[REDACTED]"
@@ -75,11 +76,15 @@ class Form:
     """One shape a secret takes: its pattern, what replaces it, and a line that shows it."""
 
     name: str
-    pattern: re.Pattern[str]
+    regex: str
     repl: Any
     example: str  # a line holding the form (tests/render/test_redact.py)
     secret: str  # the part of the example that must not survive
     need: tuple[tuple[str, ...], ...]  # the lower-cased line holds one of each group, or no match
+
+    @cached_property
+    def pattern(self) -> re.Pattern[str]:  # compiled on first use: most runs meet few forms, many none
+        return re.compile(self.regex)
 
     def applies(self, low: str) -> bool:
         return all(any(q in low for q in group) for group in self.need)
@@ -108,7 +113,7 @@ _NEED = {
 
 
 def _form(name: str, pattern: str, repl: Any, example: str, secret: str) -> Form:
-    return Form(name, re.compile(pattern), repl, example, secret, _NEED[name])
+    return Form(name, pattern, repl, example, secret, _NEED[name])
 
 
 FORMS: list[Form] = [
