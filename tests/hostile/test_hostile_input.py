@@ -523,16 +523,41 @@ def test_loading_and_running_a_rule_opens_only_the_rule_files_and_runs_nothing(t
 
 
 def test_builtin_rules_load_the_same_from_the_cache_a_damaged_cache_or_in_full(tmp_path, monkeypatch):
-    """The fast path for the built-in rules (TOML cached as JSON, regexes compiled on first use)
-    gives exactly the rules a full, validating load gives."""
+    """The fast path for the built-in rules (kept parsed, regexes compiled on first use) gives
+    exactly the rules a full, validating load gives; a damaged cache, or one that would build
+    anything but a rule, is parsed anew."""
+    import io
+    import pickle
+
     from vllm_doctor.knowledge.checks import CHECKS
     from vllm_doctor.matching import loader as rules
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     full = [rules.load_file(p, checks=CHECKS) for p in rules.rule_files(rules.builtin_dir())]
     assert rules.load(checks=CHECKS) == full  # writes the cache
-    assert rules.load(checks=CHECKS) == full  # reads it
-    cache = tmp_path / "vllm-doctor" / "builtin-rules.json"
-    for damage in (b"{not json", b'{"key": 1}', b"[]", b'{"key": null, "rules": 5}'):
+    cache = tmp_path / "vllm-doctor" / "builtin-rules.pickle"
+    written = cache.read_bytes()
+    with monkeypatch.context() as m:
+        m.setattr(rules, "_read_toml", None)  # no file is parsed: the rules come from the cache
+        assert rules.load(checks=CHECKS) == full
+    key = pickle.loads(written)  # the stamp, first in the stream
+
+    class Planted:
+        def __reduce__(self):
+            return os.mkdir, (str(tmp_path / "planted"),)
+
+    def stream(*objects):
+        out = io.BytesIO()
+        pickler = pickle.Pickler(out)
+        for o in objects:
+            pickler.dump(o)
+        return out.getvalue()
+
+    planted = stream(key, [Planted()])  # a cache that would run something
+    for damage in (b"{not json", b"", stream(key), stream(key, 5), stream(key, [5]), planted):
         cache.write_bytes(damage)
         assert rules.load(checks=CHECKS) == full
+        assert cache.read_bytes() == written  # parsed in full and kept again
+    assert not (tmp_path / "planted").exists()
+    cache.write_bytes(written[:-100])  # cut short
+    assert rules.load(checks=CHECKS) == full

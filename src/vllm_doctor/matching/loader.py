@@ -8,7 +8,6 @@ names a rule's templates and conditions use are held against the contract (contr
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable
 from functools import lru_cache
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from vllm_doctor.data import CONFIDENCES, FIX_DIRECTIONS, SEVERITIES, Fix, Pattern, Rule
 from vllm_doctor.facts import ARGS, FACTS, SERIES_FIELDS
+from vllm_doctor.matching import rulecache
 from vllm_doctor.matching.contract import Checks, _close, name_problems
 from vllm_doctor.matching.literal import needs
 from vllm_doctor.matching.problems import Problems as _Problems
@@ -55,14 +55,13 @@ def rule_files(directory: Path) -> list[Path]:
     file that vanishes after it is listed is a "cannot read" of that file."""
     import os
 
-    tables = directory / TABLES
+    tables = os.path.join(directory, TABLES)
     found = []
     for top, dirs, names in os.walk(directory):
-        dirs.sort()
-        for name in names:
-            p = Path(top) / name
-            if name.endswith(".toml") and not p.is_relative_to(tables) and p.is_file():
-                found.append(p)
+        if top == tables:  # strings, not Paths: this runs on every start
+            dirs.clear()
+            continue
+        found += [Path(p) for name in names if name.endswith(".toml") and os.path.isfile(p := os.path.join(top, name))]
     return sorted(found)
 
 
@@ -86,13 +85,12 @@ def load(
         if not directory.is_dir():
             raise RuleError(directory, None, "not a directory of rule files")
         files = rule_files(directory)
-        if builtin and i == 0:  # checked in full by the test suite: no regex compiled, TOML cached
-            for path, data in _builtin_data(directory, files):
-                known[str(data.get("id", path.stem))] = str(path)
-                if kinds is not None and data.get("kind", "diagnosis") not in kinds:
-                    continue
-                rule = parse(data, path, checks=checks, trusted=True)
-                rules[rule.id] = rule
+        if builtin and i == 0:  # checked in full by the test suite: no regex compiled, kept parsed
+            parsed = rulecache.kept(directory, files, checks, lambda fs: [_builtin(p, checks) for p in fs])
+            for rule in parsed:
+                known[rule.id] = rule.path
+                if kinds is None or rule.kind in kinds:
+                    rules[rule.id] = rule
             continue
         for path in files:
             try:
@@ -125,6 +123,10 @@ def _take_place(rule: Rule, known: dict[str, str], rules: dict[str, Rule]) -> No
         )
     rules.pop(rule.replaces, None)
     rule.replaced = known.pop(rule.replaces)
+
+
+def _builtin(path: Path, checks: Checks) -> Rule:
+    return parse(_read_toml(path), path, checks=checks, trusted=True)
 
 
 def load_file(path: Path, *, checks: Checks, trusted: bool = False) -> Rule:
@@ -173,43 +175,6 @@ def _read_toml(path: Path) -> dict:
         raise RuleError(path, None, f"not valid TOML ({str(e).split(';')[0]})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise RuleError(path, None, f"cannot read ({e})") from None
-
-
-_CACHE_FORMAT = 1
-
-
-def _builtin_data(directory: Path, files: list[Path]) -> list[tuple[Path, dict]]:
-    """The parsed TOML of the built-in rule files. Parsing 100+ TOML files is a sixth of the
-    cold start of `explain`, so the result is kept as JSON (data, like the files) and reused
-    while no file's name, size or mtime has changed (cache.py)."""
-    from vllm_doctor.read import cache
-
-    try:
-        stamp = [[str(p.relative_to(directory)), *_stat(p)] for p in files]
-    except OSError:
-        stamp = None
-    key = [_CACHE_FORMAT, str(directory), stamp]
-    name = "builtin-rules.json"
-    if stamp is not None:
-        try:
-            cached = json.loads(cache.read(name) or b"null")
-            if cached and cached["key"] == key:
-                return [(directory / rel, data) for rel, data in cached["rules"]]
-        except (ValueError, KeyError, TypeError):
-            pass
-    out = [(p, _read_toml(p)) for p in files]
-    if stamp is not None:
-        try:
-            blob = json.dumps({"key": key, "rules": [[r, d] for (_p, d), (r, *_) in zip(out, stamp, strict=False)]})
-        except (TypeError, ValueError):  # a value JSON cannot hold (a TOML date): no cache
-            return out
-        cache.write(name, blob.encode("utf-8"))
-    return out
-
-
-def _stat(path: Path) -> tuple[int, int]:
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns
 
 
 @lru_cache(maxsize=1024)
