@@ -133,3 +133,21 @@ def test_usage_error_is_one_line_with_status_2():
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--format" in proc.stderr
+
+
+def test_the_entry_point_builds_only_the_command_it_runs_and_it_says_the_same():
+    """main() hands typer an app of the one command the command line names (building every
+    command is 13 ms of a cold start); that command's help and usage errors are the whole app's."""
+    from typer.main import get_command
+
+    from vllm_doctor.cli.commands import _narrowed
+
+    for words in ([], ["--help"], ["--version"], ["explian"], ["-h", "explain"]):
+        assert _narrowed(words) is app  # no command first: the whole app (its help, its suggestions)
+    for name in ("explain", "serve", "rules"):
+        only = _narrowed([name])
+        assert list(get_command(only).commands) == [name]  # type: ignore[attr-defined]
+        for args in ([name, "-h"], [name, "--no-such-option"]):
+            got, want = runner.invoke(only, args), runner.invoke(app, args)
+            assert (got.exit_code, got.output) == (want.exit_code, want.output)
+    assert len(get_command(app).commands) > 3  # type: ignore[attr-defined]  # (the whole app is untouched)
