@@ -19,9 +19,12 @@ Pure functions over a ModelShape and numbers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from vllm_doctor.capacity.shape import ModelShape
 from vllm_doctor.versions import version_tuple
+
+if TYPE_CHECKING:  # (a report without a model shape needs no shape module: 4 ms of a start)
+    from vllm_doctor.capacity.shape import ModelShape
 
 GIB = 2**30
 # platforms/cpu.py; the lab's cache-oom-boundary refuses 8192 tokens in 1 GiB at 131,072 B/token and offers

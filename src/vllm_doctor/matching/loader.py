@@ -50,19 +50,33 @@ TABLES = "tables"  # rules/tables/: the preflight's tables (data, not rules), re
 
 
 def rule_files(directory: Path) -> list[Path]:
-    """Every rule file of a directory: its *.toml, but those under tables/. os.walk, not rglob: a
-    folder that vanishes or turns unreadable during the walk is left out (rglob raised, exit 3); a
-    file that vanishes after it is listed is a "cannot read" of that file."""
+    """Every rule file of a directory: its *.toml, but those under tables/, in order. A walk of
+    os.scandir's entries (their types come with the listing: this runs on every start), not
+    rglob: a folder that vanishes or turns unreadable during the walk is left out (rglob raised,
+    exit 3); a file that vanishes after it is listed is a "cannot read" of that file. A linked
+    folder is not followed (as os.walk), a linked file is read."""
     import os
 
     tables = os.path.join(directory, TABLES)
-    found = []
-    for top, dirs, names in os.walk(directory):
-        if top == tables:  # strings, not Paths: this runs on every start
-            dirs.clear()
-            continue
-        found += [Path(p) for name in names if name.endswith(".toml") and os.path.isfile(p := os.path.join(top, name))]
-    return sorted(found)
+    found: list[str] = []
+
+    def walk(top: str) -> None:
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            return
+        for e in entries:
+            try:
+                if e.is_dir():
+                    if not e.is_symlink() and e.path != tables:
+                        walk(e.path)
+                elif e.name.endswith(".toml") and e.is_file():
+                    found.append(e.path)
+            except OSError:
+                continue
+
+    walk(os.fspath(directory))
+    return [Path(p) for p in sorted(found, key=lambda p: p.split(os.sep))]  # (as Paths sort)
 
 
 def load(
