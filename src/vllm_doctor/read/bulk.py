@@ -47,7 +47,10 @@ class Family:
 
 
 def _holds(f: Family, data: bytes) -> bool:
-    """Whether data holds one of f's anchors."""
+    """Whether data holds one of f's anchors: a byte search each in short data, as the prefilter
+    scans a short buffer (a startup log never loads hyperscan), else one scan of them all."""
+    if len(data) <= SMALL:
+        return any(a in data for a in f.anchors)
     if f.finder is None:
         f.finder = finder(f.anchors)
     return holds(f.finder, f.anchors, data)
@@ -150,8 +153,7 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
     such line holds another family's anchor; else None. A family none of whose anchors occur
     costs one scan for them all (a byte search each in a short region)."""
     region = bytes(buf[lo:cut])
-    small = len(region) <= SMALL  # (a search each, as the prefilter: no hyperscan to load for a short log)
-    present = Present(f for f in families if (any(a in region for a in f.anchors) if small else _holds(f, region)))
+    present = Present(f for f in families if _holds(f, region))
     present.found, present.strays = {}, []
     alone: set[int] = set()  # the families whose anchors are in their own lines only
     lined: list[tuple[Family, bytes]] = []  # a family's lines, to hold against the others' anchors
