@@ -88,7 +88,8 @@ def in_range(
         raise error(f"{shown}: not a whole number")
     if not low <= number <= high:
         raise error(f"{shown}: give {'a whole number' if whole else 'a number'} from {_g(low)} to {_g(high)}")
-    return int(value) if whole else number
+    # an int stays exact; a text or float is the number it read as ("1e-400" is 0, no int() literal)
+    return (value if isinstance(value, int) else int(number)) if whole else number
 
 
 def _g(x: float) -> str:

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from itertools import accumulate, compress, pairwise
-from math import isnan
+from math import isinf, isnan
 from operator import add
 from typing import Any
 
@@ -137,7 +137,8 @@ def convert(kind: type, value: Any) -> Any:
     if type(value) is str:  # the common case, a stats line's plain number: what the general path gives, sooner
         if kind is float and value.isascii():
             try:
-                return float(value)  # (without a comma or quote, float() reads what the path below reads)
+                number = float(value)  # (without a comma or quote, float() reads what the path below reads)
+                return None if isinf(number) else number
             except ValueError:
                 pass
         elif kind is int and len(value) <= 15 and value.isascii() and value.isdigit():
@@ -152,8 +153,9 @@ def convert(kind: type, value: Any) -> Any:
             return text.lower() in ("true", "1", "yes")
         if kind is int:
             return int(float(text.replace(",", "")))
-        if kind is float:
-            return float(text.replace(",", ""))
+        if kind is float:  # 500 digits read as inf: no figure (a NaN stays, the stats read it as unknown)
+            number = float(text.replace(",", ""))
+            return None if isinf(number) else number
     except (ValueError, OverflowError):  # a hostile line's 5000-digit "number" is no number
         return None
     if text.startswith("torch."):
@@ -398,7 +400,8 @@ def _runs(marked: list[int], n: int, before: int) -> tuple[int, int]:
     """(the run at the end, the longest run) of the marked samples of n, the run `before` going on."""
     parts = bytes(map(set(marked).__contains__, range(n))).split(b"\0")
     head = before + len(parts[0])
-    return (len(parts[-1]) if len(parts) > 1 else head), max(head, *map(len, parts[1:]))
+    # max of a list: with every sample marked there is one part, and max(head) alone is a TypeError
+    return (len(parts[-1]) if len(parts) > 1 else head), max([head, *map(len, parts[1:])])
 
 
 def _min(a, b):

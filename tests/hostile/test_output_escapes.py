@@ -21,7 +21,7 @@ import regex
 from conftest import LAB, local_http
 from vllm_doctor.render.visible import HIDDEN
 
-RAW = regex.compile(r"[[\p{Cc}\p{Bidi_Control}]--[\t\n]]", regex.V1)  # what no output may carry
+RAW = regex.compile(r"[[\p{Cc}\p{Bidi_Control}\p{Cs}]--[\t\n]]", regex.V1)  # what no output may carry
 SGR = re.compile(r"\x1b\[[0-9;]*m")  # rich's own colour codes
 # the attack forms: each one reached stdout raw before
 FORMS = {
@@ -72,7 +72,7 @@ def _escapes(form: str) -> list[str]:
     return [f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" for c in form if RAW.match(c)]
 
 
-def test_the_hidden_characters_are_cc_and_bidi_control_less_tab_and_newline():
+def test_the_hidden_characters_are_cc_bidi_control_and_surrogates_less_tab_and_newline():
     every = "".join(map(chr, range(0x30000)))
     assert HIDDEN.findall(every) == RAW.findall(every)
 

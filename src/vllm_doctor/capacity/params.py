@@ -11,8 +11,19 @@ from pathlib import Path
 from vllm_doctor.capacity.hub import NET_TIMEOUT_S, Resolved, reachable
 from vllm_doctor.capacity.shape import DTYPE_BYTES, ModelShape
 from vllm_doctor.capacity.weights import Tally
+from vllm_doctor.errors import MAX_WIDTH, DoctorError, in_range
 
 MAX_HEADER_BYTES = 100_000_000  # a header larger than this is no safetensors file we should parse
+
+
+def _count(t: dict, key: str) -> int:
+    """A width or count of config.json's that the estimate multiplies; 0 (as if absent) when it is
+    none (a list, "nan", -1, 1e-400, past MAX_WIDTH): the shape's own fields were checked already,
+    these are read only here."""
+    try:
+        return int(in_range(t.get(key) or 0, key, 0, MAX_WIDTH, whole=True))
+    except DoctorError:
+        return 0
 
 
 def estimate_params(shape: ModelShape) -> int | None:
@@ -27,28 +38,28 @@ def estimate_params(shape: ModelShape) -> int | None:
     tie = t.get("tie_word_embeddings")
     embed = vocab * h * (1 if tie else 2)
     if shape.use_mla:
-        nope = int(t.get("qk_nope_head_dim") or 0)
+        nope = _count(t, "qk_nope_head_dim")
         rope = shape.qk_rope_head_dim or 0
-        v_head = int(t.get("v_head_dim") or nope)
-        qlr = t.get("q_lora_rank")
+        v_head = _count(t, "v_head_dim") or nope
+        qlr = _count(t, "q_lora_rank")
         q = h * qlr + qlr * heads * (nope + rope) if qlr else h * heads * (nope + rope)
         kv = h * ((shape.kv_lora_rank or 0) + rope) + (shape.kv_lora_rank or 0) * heads * (nope + v_head)
         attention = q + kv + heads * v_head * h
     else:
         d = shape.head_dim
         attention = h * heads * d + 2 * h * shape.kv_heads * d + heads * d * h
-    inter = int(t.get("intermediate_size") or 4 * h)
+    inter = _count(t, "intermediate_size") or 4 * h
     dense_mlp = 3 * h * inter  # gate, up, down
     experts = shape.num_experts
     if experts:
-        moe_inter = int(t.get("moe_intermediate_size") or inter)
+        moe_inter = _count(t, "moe_intermediate_size") or inter
         moe = experts * 3 * h * moe_inter + h * experts  # experts + router
-        shared = t.get("n_shared_experts")
+        shared = _count(t, "n_shared_experts")
         if shared:
-            moe += int(shared) * 3 * h * moe_inter
-        elif t.get("shared_expert_intermediate_size"):
-            moe += 3 * h * int(t["shared_expert_intermediate_size"])
-        dense_layers = min(layers, int(t.get("first_k_dense_replace") or 0))
+            moe += shared * 3 * h * moe_inter
+        elif _count(t, "shared_expert_intermediate_size"):
+            moe += 3 * h * _count(t, "shared_expert_intermediate_size")
+        dense_layers = min(layers, _count(t, "first_k_dense_replace"))
         mlp_total = dense_layers * dense_mlp + (layers - dense_layers) * moe
     else:
         mlp_total = layers * dense_mlp

@@ -54,6 +54,15 @@ WANTED = frozenset(
 )
 
 
+def _number(value: float | int) -> float:
+    """A sample's value as a float; an integer past any float (the parser reads "9" * 500 as one)
+    is infinite, which _sample reads as missing, as it reads inf."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 class MetricsError(DoctorError):
     """A scrape that cannot be had or read; the message is one line for the user."""
 
@@ -201,7 +210,7 @@ class _Parser:
             for family in text_string_to_metric_families(text):
                 for sample in family.samples:
                     if sample.name.startswith("vllm:"):
-                        self._sample(sample.name, sample.labels, float(sample.value))
+                        self._sample(sample.name, sample.labels, _number(sample.value))
         except ValueError as e:
             raise MetricsError(f"{self.s.source or 'metrics'}: not a Prometheus text exposition ({e})") from None
 

@@ -3,8 +3,10 @@
 Markdown renderer.
 
 * `visible`: every control character but tab and newline (C0, DEL, the 8-bit C1 set U+0080-U+009F:
-  `\\x9b` is a CSI to many terminals) and every bidi control (U+202A-U+202E, U+2066-U+2069,
-  U+200E, U+200F, U+061C) written as its escape, `\\x1b`, `\\x9b`, `\\u202e`. Applied at the edge of
+  `\\x9b` is a CSI to many terminals), every bidi control (U+202A-U+202E, U+2066-U+2069,
+  U+200E, U+200F, U+061C) and every lone surrogate (U+D800-U+DFFF: a `\\udfff` escape in an
+  argument dump or a JSON string decodes to one, and no UTF-8 writer takes it) written as its
+  escape, `\\x1b`, `\\x9b`, `\\u202e`, `\\udfff`. Applied at the edge of
   every human-readable format (the terminal's report before rich adds its own colour, Markdown,
   HTML, plans, stderr's notes and errors, --follow's live lines) after secrets are masked: the
   masking reads colour codes, the reader gets their escapes.
@@ -17,7 +19,7 @@ Markdown renderer.
   or a fenced block, one backtick longer than any run inside.
 
 The character class is written out for the stdlib `re` (the cold start pays for no `regex`);
-tests/hostile/test_output_escapes.py holds it to `regex`'s `\\p{Cc}` and `\\p{Bidi_Control}`.
+tests/hostile/test_output_escapes.py holds it to `regex`'s `\\p{Cc}`, `\\p{Bidi_Control}` and `\\p{Cs}`.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ import dataclasses
 import re
 from typing import Any
 
-# \p{Cc} (C0, DEL, C1) less tab and newline, and \p{Bidi_Control}
-HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# \p{Cc} (C0, DEL, C1) less tab and newline, \p{Bidi_Control}, and \p{Cs} (the surrogates)
+HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 # CommonMark's markup that text from the input could start anywhere in a line: an image or link
 # ([, ]: "![" is no image once "[" is escaped), raw HTML and autolinks (<, >), an entity (&, as
 # in &#x202e;), emphasis (*, _), code (`), strikethrough (~), and the backslash that would undo an
@@ -52,7 +54,8 @@ def visible(text: str) -> str:
 
 
 def json_visible(text: str) -> str:
-    """JSON text with DEL, C1 and bidi controls (raw under ensure_ascii=False) as \\u escapes."""
+    """JSON text with DEL, C1, bidi controls and lone surrogates (raw under ensure_ascii=False) as
+    \\u escapes."""
     return HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
