@@ -362,7 +362,7 @@ def test_strict_rules_refuses_before_the_child_starts(tmp_path, fake_bin):
     assert not started.exists() and not report_dirs(tmp_path)
 
 
-def _in_process(tmp_path, fake_bin, monkeypatch, **fake):
+def _in_process(tmp_path, fake_bin, monkeypatch, termination_log=None, **fake):
     for k, v in fake.items():
         monkeypatch.setenv(k, str(v))
     monkeypatch.chdir(tmp_path)
@@ -370,7 +370,13 @@ def _in_process(tmp_path, fake_bin, monkeypatch, **fake):
     err = open(tmp_path / "err", "wb")
     try:
         o = serve_mod.run(
-            options_mod.ServeOptions(["/m"], vllm_bin=str(fake_bin), stdout_fd=out.fileno(), stderr_fd=err.fileno())
+            options_mod.ServeOptions(
+                ["/m"],
+                vllm_bin=str(fake_bin),
+                stdout_fd=out.fileno(),
+                stderr_fd=err.fileno(),
+                termination_log=termination_log,
+            )  # fmt: skip
         )
     finally:
         out.close()
@@ -414,14 +420,26 @@ def test_crash_in_the_diagnosis_still_writes_the_log(tmp_path, fake_bin, monkeyp
         raise RuntimeError("bug in explain")
 
     monkeypatch.setattr(explain_mod, "explain", boom)
+    term = tmp_path / "termination-log"
     o, out, err = _in_process(
-        tmp_path, fake_bin, monkeypatch, FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1"
+        tmp_path, fake_bin, monkeypatch, term, FAKE_REPLAY=LAB / "tp-divisibility.log", FAKE_END="exit:1"
     )
     assert o.status == 1
     assert {p.name for p in o.report_dir.iterdir()} == REPORT_FILES - {"report.html"}  # no report to draw
-    assert b"could not diagnose (RuntimeError: bug in explain)" in err
+    # the console: that it failed, why, and what the child did
+    assert b"could not diagnose (RuntimeError: bug in explain); vLLM: exit status 1; the server never became" in err
+    assert f"incident report in {o.report_dir}/".encode() in err
     data = conforms((o.report_dir / "report.json").read_text(), "serve-report-1")  # the one empty report
     assert data["status"] == "unknown" and data["diagnoses"] == [] and data["facts"]["gpu"]["available"] is False
+    recorded = (LAB / "tp-divisibility.log").read_text().splitlines()
+    assert data["serve"]["last_lines"] == recorded[-10:]  # what the server said last
+    assert data["serve"]["exit_status"] == 1 and data["serve"]["diagnosis_error"] == "RuntimeError: bug in explain"
+    md = (o.report_dir / "report.md").read_text()
+    assert "could not diagnose" in md and "### The output's last lines" in md and recorded[-1] in md
+    message = term.read_text().splitlines()  # the termination message: the same story, in 4096 bytes
+    assert message[0].startswith("vllm-doctor: could not diagnose (RuntimeError: bug in explain); vLLM: exit status 1")
+    assert message[1] == "The output's last lines:" and recorded[-1] in message
+    assert message[-1] == f"Incident report: {os.path.abspath(o.report_dir)}/"
 
 
 def test_the_incident_report_is_handed_a_record_it_cannot_change():

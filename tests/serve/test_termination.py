@@ -4,6 +4,7 @@ serve still exits with the child's status."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from test_serve import report_dirs, run_serve
@@ -89,3 +90,29 @@ def test_the_readmes_kubernetes_examples_install_this_distribution():
     installs = re.findall(r"pip install -q ([\w.-]+) && exec vllm-doctor (\w+)", readme)
     assert {cmd for _, cmd in installs} == {"check", "serve"} and {n for n, _ in installs} == {name}
     assert "kubectl logs --previous" in readme and "| vllm-doctor explain -" in readme
+
+
+def test_a_saturated_server_with_a_surrogate_in_its_arguments_gets_its_report_and_message(tmp_path, fake_bin):
+    """Issue 35: 100 stats samples all waiting with the cache full (a run past the bulk reader's
+    batch: exit 3 in the diagnosis) and `'\\udfff'` in the argument dump (a lone surrogate no
+    UTF-8 file takes): serve wrote no report.json/md/html and no termination message."""
+    lines = (LAB / "queue-saturation.log").read_text().splitlines()
+    start = lines[: next(i for i, ln in enumerate(lines) if "Application startup complete" in ln) + 1]
+    start = [ln.replace("'model_tag': '/models/wide-llama'", "'model_tag': '\\udfff'") for ln in start]
+    stats = (
+        "(APIServer pid=1) INFO 12-01 10:00:{s:02d} [loggers.py:257] Engine 000: Avg prompt throughput: 100.0 tokens/s,"
+        " Avg generation throughput: 50.0 tokens/s, Running: 6 reqs, Waiting: 10 reqs, CPU KV cache usage: 99.5%,"
+        " Prefix cache hit rate: 0.0%"
+    )
+    log = tmp_path / "saturated.log"
+    log.write_text("\n".join([*start, *(stats.format(s=i % 60) for i in range(100))]) + "\n")
+    message = tmp_path / "termination-log"
+    rc, _, err = run_serve(tmp_path, fake_bin, "--termination-log", str(message), FAKE_REPLAY=log, FAKE_END="exit:1")
+    assert rc == 1, err.decode()
+    assert b"degraded: queue-saturation (warning)" in err
+    (report,) = report_dirs(tmp_path)
+    assert {"report.json", "report.md", "report.html", "server.log"} <= {p.name for p in report.iterdir()}
+    data = json.loads((report / "report.json").read_text())
+    assert data["serve"]["internal_errors"] == [] and data["serve"]["diagnosis_error"] is None
+    text = message.read_text()
+    assert text.startswith("vllm-doctor: degraded: queue-saturation (warning)") and "'\\udfff'" in text

@@ -49,6 +49,22 @@ def may_fail(path: Path, rules: list) -> bool:
     return holds_any([str(path)], sorted(anchors))
 
 
+def last_lines(path: Path | None, count: int = 10, window: int = 64 << 10) -> list[str]:
+    """The capture's last `count` lines (of its last `window` bytes, colour codes left as they
+    are, each cut at 400 characters): what the server said last, for a report whose diagnosis
+    failed. [] when there is no capture or it cannot be read."""
+    if path is None:
+        return []
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - window))
+            tail = f.read(window)
+    except OSError:
+        return []
+    lines = tail.decode("utf-8", "replace").splitlines()[-count:]
+    return [line if len(line) <= 400 else line[:400] + "…" for line in lines]
+
+
 def open_nofollow(path: Path | str) -> int:
     """A file opened for writing (created 0600 or truncated), never through a symlink at its
     name: one planted there would aim our write at another file (O_NOFOLLOW; ELOOP then)."""

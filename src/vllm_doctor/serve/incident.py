@@ -52,6 +52,9 @@ def finish(w: Run) -> None:
     except Exception as e:
         diag_error = f"{type(e).__name__}: {e}"
         o.internal_errors.append(f"diagnosis: {diag_error}")
+        from vllm_doctor.serve.capture import last_lines
+
+        o.last_lines = last_lines(w.capture_path)  # what the server said last, with no diagnosis to say why
     if o.signal:
         o.bad_reasons.append(f"killed by {o.signal} (exit status {o.status})")
     elif o.status != 0:
@@ -66,7 +69,7 @@ def finish(w: Run) -> None:
         o.bad_reasons.append(f"a fatal error in the output: {o.fatal_lines[0]}")
     from vllm_doctor.serve.termination import cause
 
-    o.cause = cause(report, diag_error)  # serve/termination.py writes it after the report
+    o.cause = cause(report, diag_error, o)  # serve/termination.py writes it after the report
     if not o.bad_reasons and not opts.always_report:
         w.discard_capture()
         return
@@ -84,7 +87,7 @@ def finish(w: Run) -> None:
     elif report is not None:
         what = f"{o.bad_reasons[0] if o.bad_reasons else 'clean exit'}; no cause found in the output"
     else:
-        what = f"could not diagnose ({diag_error})"
+        what = f"could not diagnose ({diag_error}); vLLM: {'; '.join(o.bad_reasons) or f'exit status {o.status}'}"
     where = f"incident report in {o.report_dir}/"
     if missing:
         where += f" without {', '.join(missing)}" + (
@@ -277,6 +280,7 @@ def serve_section(w: Run, diag_error: str | None) -> dict[str, Any]:
         "gpu": w.gpu,
         "diagnosis_error": diag_error,
         "internal_errors": o.internal_errors,
+        "last_lines": o.last_lines,
     }
 
 
@@ -359,6 +363,9 @@ def markdown_text(w: Run, report, diag_error: str | None, red=None) -> str:
             "",
             f"The diagnosis failed: {code(mask(diag_error or ''))}. The output is in `server.log`.",
         ]
+        if o.last_lines:
+            last = [mask(line) for line in o.last_lines]
+            out += ["", "### The output's last lines", "", fence(last), *last, fence(last)]
     out += ["", "### How the server ended", ""]
     out += [f"- **{name}:** {md(mask(text))}" for name, text in ended(w)["rows"]]  # a fatal line of the log, maybe
     for s in o.survivors:

@@ -48,6 +48,7 @@ class Outcome:
     bad_reasons: list[str] = field(default_factory=list)
     report_dir: Path | None = None
     cause: tuple[list[str], list[str]] | None = None  # the termination message's lines (termination.cause)
+    last_lines: list[str] = field(default_factory=list)  # the output's last lines, when the diagnosis failed
     started: float = 0.0
     ended: float = 0.0
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 DEFAULT = Path("/dev/termination-log")
 LIMIT = 4096  # bytes the kubelet keeps of the message
+LAST_BYTES = 2048  # of it, the output's last lines where there is no diagnosis
 
 
 def default_path() -> Path | None:
@@ -30,13 +31,22 @@ def default_path() -> Path | None:
     return DEFAULT if DEFAULT.is_file() and os.access(DEFAULT, os.W_OK) else None
 
 
-def cause(report: Report | None, diag_error: str | None) -> tuple[list[str], list[str]]:
+def cause(report: Report | None, diag_error: str | None, outcome: Outcome) -> tuple[list[str], list[str]]:
     """The message's lines from the diagnosis: (the ones it must hold, the ones it holds if they fit).
-    Secrets are not masked here (message does)."""
+    With no diagnosis, how vLLM ended and the output's last lines (at most LAST_BYTES of them, so
+    the exit and the report's directory still fit after). Secrets are not masked here (message does)."""
     from vllm_doctor.render.summary import corrected_command, headline
 
     if report is None:
-        return [f"vllm-doctor: could not diagnose ({diag_error})"], []
+        ended = "; ".join(outcome.bad_reasons) or f"exit status {outcome.status}"
+        last: list[str] = []
+        for line in reversed(outcome.last_lines):
+            if sum(len(x.encode("utf-8", "replace")) + 1 for x in [line, *last]) > LAST_BYTES:
+                break
+            last.insert(0, line)
+        return [f"vllm-doctor: could not diagnose ({diag_error}); vLLM: {ended}"], (
+            ["The output's last lines:", *last] if last else []
+        )
     must = [f"vllm-doctor: {headline(report)}"]
     top = next((d for d in report.diagnoses if d.severity != "info"), None)
     extra = [top.summary] if top is not None else []
@@ -67,7 +77,11 @@ def message(must: list[str], extra: list[str], outcome: Outcome, mask: Callable[
 
 
 def _masked(text: str, mask: Callable[[str], str] | None) -> str:
-    return mask(text) if mask is not None else text
+    """Masked, then made visible: a control, bidi or lone surrogate from the log as its escape
+    (a surrogate no UTF-8 file can hold would lose the whole message)."""
+    from vllm_doctor.render.visible import visible
+
+    return visible(mask(text) if mask is not None else text)
 
 
 def write(path: Path, text: str) -> None:
