@@ -2,6 +2,7 @@
 
     python bench/fuzz.py                 # 10,000 cases
     python bench/fuzz.py --cases 500 --seed 7
+    python bench/fuzz.py --properties --examples 1000 --seed 3 --seconds 3600   # tests/properties/ at length
 
 The cases (random bytes, invalid UTF-8, NULs, 10 MB single lines, truncated and damaged gzip,
 directories, empty files, FIFOs, files that vanish mid-read, mixed CR/LF, absurd numbers in real
@@ -83,11 +84,36 @@ def run(cases: int, seed: int = 0, heavy_every: int = 50, quiet: bool = False) -
     return result
 
 
+def properties(examples: int, seed: int, seconds: float) -> int:
+    """The property-based tests (tests/properties/) at length: `examples` a property from `seed`,
+    in a pytest of their own that must end within `seconds` (a search that hangs fails too)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "VLLM_DOCTOR_HYPOTHESIS": "long", "VLLM_DOCTOR_HYPOTHESIS_EXAMPLES": str(examples)}
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "tests" / "properties"), "-q", "-p", "no:cacheprovider",
+           f"--hypothesis-seed={seed}", "--hypothesis-show-statistics"]  # fmt: skip
+    start = time.perf_counter()
+    try:
+        code = subprocess.run(cmd, cwd=ROOT, env=env, timeout=seconds).returncode
+    except subprocess.TimeoutExpired:
+        print(f"fuzz --properties: not done within {seconds:.0f} s ({examples} examples, seed {seed})")
+        return 1
+    took = time.perf_counter() - start
+    print(f"fuzz --properties: {examples} examples a property (seed {seed}) in {took:.0f} s: exit {code}")
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--properties", action="store_true", help="run tests/properties/ at length instead")
+    ap.add_argument("--examples", type=int, default=1000, help="--properties: examples a property")
+    ap.add_argument("--seconds", type=float, default=3600, help="--properties: the time bound")
     args = ap.parse_args(argv)
+    if args.properties:
+        return properties(args.examples, args.seed, args.seconds)
     result = run(args.cases, args.seed)
     print(
         f"fuzz: {result['cases']} cases (seed {result['seed']}) in {result['seconds']} s: "

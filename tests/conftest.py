@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from vllm_doctor.knowledge import contract
 from vllm_doctor.knowledge.checks import CHECKS
@@ -21,6 +22,23 @@ from vllm_doctor.pipeline import explain
 if not os.environ.get("VLLM_DOCTOR_E2E_VENV"):
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="vllm-doctor-tests-")
 contract.STRICT = True  # a check that reads or returns an undeclared name fails the test that ran it
+
+# the property-based tests (tests/properties/): in the suite a fixed search (derandomize: the same
+# examples on every run and machine), no deadline (a busy CI core never flips a test), no example
+# database left behind; bench/fuzz.py --properties runs the `long` profile
+# (VLLM_DOCTOR_HYPOTHESIS=long): VLLM_DOCTOR_HYPOTHESIS_EXAMPLES examples a property, from the
+# seed it passes (--hypothesis-seed)
+_PROFILE = {
+    "deadline": None,
+    "database": None,
+    "print_blob": True,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+}
+settings.register_profile("suite", max_examples=30, derandomize=True, **_PROFILE)
+settings.register_profile(
+    "long", max_examples=int(os.environ.get("VLLM_DOCTOR_HYPOTHESIS_EXAMPLES", "1000")), **_PROFILE
+)
+settings.load_profile(os.environ.get("VLLM_DOCTOR_HYPOTHESIS", "suite"))
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
