@@ -69,7 +69,7 @@ def test_gib_in_gib_out():
     assert m["cache_bytes"] == pytest.approx(80 * 2**30 * 0.9 - 14e9)
     assert data["gpu"]["unit"] == "GiB"
     out = plan(*SEED[:-4], "--gpu-memory", "80GiB", "--no-gpu").output
-    assert "80.0 GiB x 0.90 - 13.0 GiB weights" in out  # 14e9 bytes = 13.04 GiB
+    assert "80.0 GiB x 0.92 - 13.0 GiB weights" in out  # 14e9 bytes = 13.04 GiB; 0.92: 0.32's default
 
 
 def test_valid_tp_sizes_and_the_serve_line():
@@ -82,7 +82,7 @@ def test_valid_tp_sizes_and_the_serve_line():
     assert m["kv_bytes_per_token"] == 2 * 80 * 2 * 128 * 2  # 2 of 8 KV heads per GPU
     assert m["weights_per_gpu_bytes"] == pytest.approx(m["weights_bytes"] / 4)
     assert m["serve_command"] == (
-        f"vllm serve {CONFIGS / 'llama-3-70b'} --max-model-len 8192 --gpu-memory-utilization 0.90 --tensor-parallel-size 4"
+        f"vllm serve {CONFIGS / 'llama-3-70b'} --max-model-len 8192 --gpu-memory-utilization 0.92 --tensor-parallel-size 4"
     )
     assert m["model"]["params_source"] == "estimated from the shape"
 
@@ -145,7 +145,7 @@ def test_several_models_on_one_card():
     )
     assert code == 0
     fractions = [s["gpu_memory_utilization"] for s in data["split"]]
-    assert sum(fractions) <= 0.90 and all(f > 0.2 for f in fractions)
+    assert sum(fractions) <= 0.92 and all(f > 0.2 for f in fractions)  # within vLLM 0.32's default together
     for m, f in zip(data["models"], fractions, strict=False):
         assert m["gpu_memory_utilization"] == f and m["worst_case_sequences"] >= 1
         assert f"--gpu-memory-utilization {f:.2f}" in m["serve_command"]
@@ -171,7 +171,7 @@ def test_sliding_window_models_are_sized_as_v1_does():
     steps = {s["name"]: s["value"] for s in m["steps"]}
     blocks = int(m["cache_bytes"] // (16 * 131_072))
     assert steps["5 blocks"] == f"{blocks:,}" and steps["6 blocks per request at 32,768"] == "1,281"
-    assert m["worst_case_sequences"] == blocks // 1281 == 19  # 4 GiB of the default overhead reserved, as check does
+    assert m["worst_case_sequences"] == blocks // 1281 == 20  # 4 GiB of the default overhead reserved (0.92 of 80 GB)
     assert m["tokens"] == int(blocks / 1281 * 32768)
     assert not any("approximate" in s["work"] for s in m["steps"])
     assert any("hybrid manager" in n for n in m["notes"])

@@ -83,7 +83,7 @@ def _sharing(pids: list[int]):
 
 OVER = [
     ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--gpu-memory-utilization", "0.6"],
-    ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--api-key", "sk-secret"],  # the default 0.9
+    ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--api-key", "sk-secret"],  # the default (0.92 in 0.32)
 ]
 UNDER = [
     ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--gpu-memory-utilization=0.45"],
@@ -106,10 +106,10 @@ def test_shares_that_sum_to_exactly_one_card_are_too_much(servers):
 @pytest.mark.parametrize("servers", [OVER], indirect=True)
 def test_two_servers_asking_for_more_than_the_card_are_named_with_their_shares(servers):
     d = _sharing(servers)["gpu-shares-over-one"]
-    assert d.numbers["utilization_sum"] == 1.5 and d.numbers["servers_on_gpu"] == 2
+    assert d.numbers["utilization_sum"] == 1.52 and d.numbers["servers_on_gpu"] == 2  # 0.6 + the default 0.92
     text = d.numbers["shared_gpu_servers"]
     assert f"pid {servers[0]} (Qwen/Qwen2.5-7B-Instruct) 0.6" in text
-    assert f"pid {servers[1]} (meta-llama/Llama-3.1-8B-Instruct) 0.9" in text
+    assert f"pid {servers[1]} (meta-llama/Llama-3.1-8B-Instruct) 0.92" in text
     assert "sk-secret" not in repr(d)  # only the model and the share leave the command line
 
 

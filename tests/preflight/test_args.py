@@ -44,8 +44,18 @@ def test_other_servers_from_their_command_lines():
     assert from_cmdline(["python", "-m", "http.server", "8000"]) is None
 
 
-def test_the_utilization_is_the_flag_else_vllms_default():
-    from vllm_doctor.capacity.colocated import DEFAULT_UTILIZATION
+@pytest.mark.parametrize(
+    ("version", "backend", "default"),
+    [("0.4.3", "cuda", 0.9), ("0.32.0", "cuda", 0.92), ("0.33.0", "cpu", 0.92), ("0.34.0", "cuda", 1.0),
+     ("0.34.0", "cpu", 0.92), (None, "cuda", 0.92)],
+)  # fmt: skip
+def test_the_utilization_is_the_flag_else_the_releases_default(version, backend, default):
+    """The installed release's default, as its config classes say (the atlas): 0.9, then 0.92; 0.34
+    leaves it None, which is 1.0 with the extensible KV cache (CUDA, ROCm) and 0.92 elsewhere."""
+    from vllm_doctor.preflight.context import Context
 
-    assert parse(["m", "--gpu-memory-utilization", "0.5"], env={}).utilization == 0.5
-    assert parse(["m"], env={}).utilization == DEFAULT_UTILIZATION == 0.9  # vLLM's default, one constant
+    given = Context(parse(["m", "--gpu-memory-utilization", "0.5"], env={}), no_gpu=True, backend=backend)
+    assert given.utilization == 0.5
+    ctx = Context(parse(["m"], env={}), no_gpu=True, backend=backend)
+    ctx.__dict__["vllm_version"] = version  # (the cached property: the release installed)
+    assert ctx.utilization == default

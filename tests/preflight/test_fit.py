@@ -14,6 +14,8 @@ from vllm_doctor.preflight.args import parse
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun
 
+DEFAULT_UTILIZATION = 0.92  # vLLM 0.32's (the release a check without vLLM installed assumes: the atlas)
+
 
 def ctx(model, *argv, gpus=1, env=None, backend=None):
     path = str(FIXTURES / "configs" / model)
@@ -24,8 +26,8 @@ def test_llama_3_8b_fits_an_h100():
     (found,) = fit.fit(ctx("llama-3-8b", "--max-model-len", "8192"))
     assert (found.severity, found.category, found.rule) == ("info", "kv-capacity", "check-kv-cache-fits-gpu")
     n = found.numbers
-    assert n["kv_bytes_per_token"] == 131072 and n["gpu_memory_utilization"] == 0.9
-    expected = n["gpu_total_gib"] * 0.9 - n["weights_gib_per_gpu"] - n["overhead_gib"]
+    assert n["kv_bytes_per_token"] == 131072 and n["gpu_memory_utilization"] == DEFAULT_UTILIZATION == 0.92
+    expected = n["gpu_total_gib"] * DEFAULT_UTILIZATION - n["weights_gib_per_gpu"] - n["overhead_gib"]
     assert abs(n["kv_cache_gib"] - expected) < 0.02 and n["overhead_gib"] == 4.0  # 1.5 + 0.5 + 2 GiB, plan's default
 
 
@@ -140,7 +142,7 @@ def test_check_and_plan_give_the_same_verdict_and_kv_tokens(model, argv, gpus):
     flags = dict(zip(argv[::2], argv[1::2], strict=True))
     req = PlanRequest(
         models=[str(FIXTURES / "configs" / model)], max_model_len=int(flags["--max-model-len"]),
-        utilization=float(flags.get("--gpu-memory-utilization", 0.9)), tp=int(flags.get("-tp", 1)), gpus=gpus,
+        utilization=float(flags.get("--gpu-memory-utilization", DEFAULT_UTILIZATION)), tp=int(flags.get("-tp", 1)), gpus=gpus,
         overhead=f"{n['overhead_gib']}GiB", offline=True,
     )  # fmt: skip
     mp = make_plan(req, gpu.snapshot(h100s(gpus))).models[0]
@@ -172,7 +174,11 @@ def test_plan_and_check_give_one_verdict_and_one_cache(model, argv):
 
     c = ctx(model, *argv)
     (found,) = fit.fit(c)
-    util = float(argv[argv.index("--gpu-memory-utilization") + 1]) if "--gpu-memory-utilization" in argv else 0.9
+    util = (
+        float(argv[argv.index("--gpu-memory-utilization") + 1])
+        if "--gpu-memory-utilization" in argv
+        else DEFAULT_UTILIZATION
+    )
     req = PlanRequest(models=[str(FIXTURES / "configs" / model)], utilization=util, max_model_len=int(argv[1]),
                       gpus=1, offline=True)  # fmt: skip
     m = make_plan(req, c.snapshot).models[0]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from vllm_doctor.capacity.defaults import utilization
 from vllm_doctor.serveargs import items, server_words
 
-DEFAULT_UTILIZATION = 0.9  # vLLM's default --gpu-memory-utilization (V0 and V1)
 ANCESTORS = 3  # EngineCore -> API server; a worker -> EngineCore -> API server
 
 
@@ -60,9 +60,9 @@ def server_of(pid: int) -> tuple[int, str | None, float, bool] | None:
             given = dict(flags)
             value = given.get("gpu_memory_utilization")
             try:
-                util = float(value) if value is not None else DEFAULT_UTILIZATION
+                util = float(value) if value is not None else utilization(None)
             except ValueError:
-                util = DEFAULT_UTILIZATION
+                util = utilization(None)  # (its release unknown: the default one's)
             model = given.get("model") or positional
             return current, model[:200] if model else None, util, value is not None
         current = parent(current)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from vllm_doctor.capacity import arithmetic as cap
-from vllm_doctor.capacity import kvcache, serving, start
+from vllm_doctor.capacity import defaults, kvcache, serving, start
 from vllm_doctor.capacity.arithmetic import Budget, Size, Step, fmt_int, fmt_list, fmt_size
 from vllm_doctor.capacity.gpu import GpuSnapshot, headroom
 from vllm_doctor.capacity.shape import QUANT_DEFAULT_BITS, ConfigError, ModelShape
@@ -34,7 +34,7 @@ class PlanRequest:
     dtype: str | None = None
     gpu_memory: str = "auto"  # "80GB", "80GiB" or "auto" (NVML)
     gpus: int | None = None
-    utilization: float = 0.90
+    utilization: float = field(default_factory=lambda: defaults.utilization(None))  # the release's (0.92 for 0.32)
     max_model_len: int | None = None
     tp: int = 1
     kv_cache_dtype: str = "auto"

@@ -24,13 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vllm_doctor.capacity import arithmetic as cap
-from vllm_doctor.capacity import kvcache
+from vllm_doctor.capacity import defaults, kvcache
+from vllm_doctor.capacity.defaults import DEFAULT_VERSION
 from vllm_doctor.capacity.shape import ModelShape
 
 GIB = 2**30
 VOCAB_PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE (rules/tables/preflight.toml has the same)
 TRUE = ("1", "true", "yes", "on")
-DEFAULT_VERSION = "0.32.0"
 
 
 @dataclass
@@ -178,7 +178,10 @@ def hybrid_on(q: StartQuery) -> bool:
 
 def layout_of(q: StartQuery) -> kvcache.Layout:
     element, _ = cap.kv_element_bytes(q.kv_cache_dtype, cap.serving_dtype(q.dtype, q.shape.dtype))
-    return kvcache.layout(q.shape, element, q.tp, q.block_size, q.backend, hybrid_on(q), q.prefix_caching)
+    block = q.block_size
+    if block is None and q.backend != "cpu" and not q.shape.use_mla:  # the release's (0.34: 64), not 16 for all
+        block = defaults.block_size(q.vllm_version)
+    return kvcache.layout(q.shape, element, q.tp, block, q.backend, hybrid_on(q), q.prefix_caching)
 
 
 def budget_of(q: StartQuery, lay: kvcache.Layout) -> tuple[float | None, str, list[tuple[str, str]]]:

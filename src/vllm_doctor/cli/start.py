@@ -263,8 +263,9 @@ def plan(
     ] = "auto",
     gpus: _GpusOpt = None,
     utilization: Annotated[
-        float, typer.Option("--gpu-memory-utilization", help="Fraction of each GPU vLLM may use.")
-    ] = 0.90,
+        Optional[float],
+        typer.Option("--gpu-memory-utilization", help="Fraction of each GPU vLLM may use (default: vLLM's, 0.92)."),
+    ] = None,
     max_model_len: _MaxModelLenOpt = None,
     tp: _TpOpt = 1,
     kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto (the model's dtype) or fp8.")] = "auto",
@@ -299,12 +300,12 @@ def plan(
     request = planner.PlanRequest(
         models=list(models or []), configs=list(config), params=params, layers=layers, heads=heads,
         kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, gpu_memory=gpu_memory, gpus=gpus,
-        utilization=utilization, max_model_len=max_model_len, tp=tp, kv_cache_dtype=kv_cache_dtype,
+        max_model_len=max_model_len, tp=tp, kv_cache_dtype=kv_cache_dtype,
         quantization=quantization, target_concurrency=target_concurrency, block_size=block_size or 0,
         prompt_len=prompt_len, samples=samples, overhead=overhead, offline=offline,
         kv_cache_memory=kv_cache_memory, cpu_kvcache_space=cpu_kvcache_space, device=device,
         hybrid_manager=not no_hybrid, prefix_caching=prefix_caching, max_num_batched_tokens=batched,
-        env=_env_words(env),
+        env=_env_words(env), **({"utilization": utilization} if utilization is not None else {}),
     )  # fmt: skip
     result = planner.make_plan(request, skipped("--no-gpu") if no_gpu else snapshot())
     result.notes += [line(s) for s in ctx.meta.get("settings") or []]  # a config file's or a variable's

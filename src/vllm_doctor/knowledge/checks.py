@@ -48,7 +48,6 @@ __all__ = [
 ]  # the contract types, for callers
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's block size on CUDA when the log does not say (kvmodel.block_size)
-RAISE_UTILIZATION_BELOW = 0.90
 CONFIG_AGREES = 0.01  # config.json's cache for one sequence within 1% of vLLM's printed figure
 MAX_TP_LISTED = 8  # tensor-parallel sizes listed when the GPU count is unknown
 
@@ -217,9 +216,12 @@ def kv_fit(inp: CheckInput) -> CheckResult:
 
             want = cap.utilization_needed(float(util), float(needed), float(available), float(total))
             out["utilization_needed"], out["utilization_needed_unsafe"] = want, want > cap.SAFE_UTILIZATION
-    if util is not None:
-        out["can_raise_utilization"] = float(util) < RAISE_UTILIZATION_BELOW
-        out["raised_utilization"] = RAISE_UTILIZATION_BELOW
+    if util is not None:  # raised to the release's default (0.92 from 0.25; 0.90 before), never past 0.95
+        from vllm_doctor.capacity.defaults import raise_target
+
+        target = raise_target(inp.get("vllm_version"), "cpu" if str(inp.get("device")).lower() == "cpu" else "cuda")
+        out["can_raise_utilization"] = float(util) < target
+        out["raised_utilization"] = target
     return CheckResult(out, confidence="medium" if disagreement else None)
 
 

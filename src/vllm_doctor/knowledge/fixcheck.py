@@ -49,6 +49,18 @@ def current(flag: str, values: dict[str, Any]) -> Any:
     return values.get(name)
 
 
+def release_default(flag: str, values: dict[str, Any]) -> float | None:
+    """The number a flag left out holds in the log's release (capacity/defaults.py, from the atlas);
+    None where the atlas has no number for it."""
+    from vllm_doctor.capacity import defaults
+
+    version = values.get("vllm_version")
+    if flag == UTIL_FLAG:
+        return defaults.utilization(version, "cpu" if str(values.get("device") or "").lower() == "cpu" else "cuda")
+    value = defaults.release(version).get(flag.lstrip("-").replace("-", "_"))
+    return _number(value)
+
+
 def refuse(
     flag: str | None,
     direction: str | None,
@@ -73,6 +85,15 @@ def refuse(
             return f"{value} is not below the current {flag} {now}"
         if direction == "raise" and new <= old:
             return f"{value} is not above the current {flag} {now}"
+    if direction == "raise" and now is None:  # unset: the release's default holds (0.34's utilization: 1.0)
+        from vllm_doctor.capacity.arithmetic import SAFE_UTILIZATION
+
+        default = release_default(flag, values)
+        whose = f"vLLM {values['vllm_version']}'s" if values.get("vllm_version") else "vLLM's"
+        if default is not None and new is not None and new <= default:
+            return f"{value} is not above {whose} default {flag} {default:g}"
+        if default is not None and flag == UTIL_FLAG and new is None and default >= SAFE_UTILIZATION:
+            return f"{whose} default {flag} is {default:g} already (the extensible KV cache takes all it measures)"
     if flag == UTIL_FLAG:  # an explicit KV space says it first, then the backend
         return _utilization(direction, new, old, values) or _backend(flag, direction, value, values)
     why = _backend(flag, direction, value, values)

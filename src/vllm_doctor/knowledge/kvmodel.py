@@ -76,12 +76,13 @@ def block_size(inp: CheckInput) -> tuple[int, bool]:
     b = inp.get("block_size", "kv_cache.block_size")
     if b:
         return int(b), True
+    from vllm_doctor.capacity import defaults
     from vllm_doctor.capacity.kvcache import CPU_BLOCK_SIZE, CUDA_BLOCK_SIZE
 
     version = inp.get("vllm_version")  # the CPU attention backend's own block from 0.20
-    if str(inp.get("device") or "").lower() == "cpu" and version and version_tuple(version) >= (0, 20):
-        return CPU_BLOCK_SIZE, False
-    return CUDA_BLOCK_SIZE, False
+    if str(inp.get("device") or "").lower() == "cpu":
+        return (CPU_BLOCK_SIZE if version and version_tuple(version) >= (0, 20) else CUDA_BLOCK_SIZE), False
+    return (defaults.block_size(version) if version else CUDA_BLOCK_SIZE), False  # 0.34: 64
 
 
 def is_v1(inp: CheckInput) -> bool:

@@ -12,7 +12,6 @@ import shlex
 from dataclasses import dataclass, field
 
 from vllm_doctor import serveargs
-from vllm_doctor.capacity.colocated import DEFAULT_UTILIZATION
 from vllm_doctor.errors import MAX_INT, MAX_TP, DoctorError, in_range
 
 _PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")  # GPUs: at most MAX_TP
@@ -58,11 +57,6 @@ class ServeArgs:
     @property
     def tp(self) -> int:
         return max(1, self.integer("tensor_parallel_size", 1) or 1)
-
-    @property
-    def utilization(self) -> float:
-        """--gpu-memory-utilization, vLLM's default when not given."""
-        return self.number("gpu_memory_utilization", DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION
 
     @property
     def pp(self) -> int:

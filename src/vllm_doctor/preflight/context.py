@@ -82,6 +82,15 @@ class Context:
             return "cpu"
         return "cuda" if self.snapshot.available else None
 
+    @cached_property
+    def utilization(self) -> float:
+        """--gpu-memory-utilization, else the installed release's default on this backend (0.9, 0.92,
+        or 0.34's 1.0 with the extensible KV cache: capacity/defaults.py)."""
+        from vllm_doctor.capacity import defaults
+
+        given = self.args.number("gpu_memory_utilization")
+        return given or defaults.utilization(self.vllm_version, self.backend or "cuda")
+
     # ---- the model ------------------------------------------------------------------------------
     @cached_property
     def resolved(self) -> Resolved:

@@ -105,7 +105,7 @@ def _gpu_fit(ctx: Context) -> list[Finding]:
     args = ctx.args
     dtype = args.text("dtype")
     req = planner.PlanRequest(
-        models=[args.model or ""], utilization=args.utilization,
+        models=[args.model or ""], utilization=ctx.utilization,
         max_model_len=length, tp=args.tp, kv_cache_dtype=args.text("kv_cache_dtype") or "auto",
         quantization=args.text("quantization"), dtype=None if dtype in (None, "auto") else dtype,
         block_size=args.integer("block_size") or cap.DEFAULT_BLOCK_SIZE, gpus=len(ctx.visible), offline=ctx.offline,

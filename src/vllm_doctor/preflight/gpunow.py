@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from vllm_doctor.capacity import colocated
+from vllm_doctor.capacity import colocated, defaults
 from vllm_doctor.capacity.gpu import GpuDevice, GpuProcess, headroom
 from vllm_doctor.preflight import tables
 from vllm_doctor.preflight.context import Context
@@ -32,7 +32,7 @@ def _who(p: GpuProcess) -> str:
 
 def gpu_free(ctx: Context) -> list[Finding]:
     """Memory other processes hold: --gpu-memory-utilization must be at most free/total on each GPU."""
-    util = ctx.args.utilization
+    util = ctx.utilization
     out = []
     for d in ctx.used():
         if d.free_mib >= d.total_mib * util:
@@ -46,7 +46,7 @@ def gpu_free(ctx: Context) -> list[Finding]:
 
 def other_servers(ctx: Context) -> list[Finding]:
     """The fractions other vLLM servers on the same GPU asked for, and the sum with this one."""
-    util = ctx.args.utilization
+    util = ctx.utilization
     out = []
     for d in ctx.used():
         theirs = _servers(d)
@@ -68,7 +68,7 @@ def _servers(d: GpuDevice) -> list[tuple[int, float]]:
     each: the memory is held by its EngineCore or workers, whose server the snapshot names
     (capacity/colocated.py: the nearest ancestor whose command line is `vllm serve ...`)."""
     seen = {p.server_pid: p.server_utilization for p in d.processes if p.server_pid is not None}
-    return sorted((pid, util if util is not None else colocated.DEFAULT_UTILIZATION) for pid, util in seen.items())
+    return sorted((pid, util if util is not None else defaults.utilization(None)) for pid, util in seen.items())
 
 
 def _cuda_of_torch(version: str) -> tuple[int, int] | None:
