@@ -23,15 +23,20 @@ def diagnose(
     options = options or Options()
     base = facts.flat()
     found: list[Diagnosis] = []
-    for rule in rules:
-        if rule.kind != "diagnosis":
-            continue
-        match = matches.get(rule.id)
-        if rule.patterns and match is None:
-            continue
-        d = _build(rule, match, base, facts, options)
-        if d is not None:
-            found.append(d)
+    # the fallbacks last, and only where no cause is found: rank() would drop them beside a blocker
+    # cause anyway, and naming a failure from vLLM's source (the atlas) loads megabytes
+    for fallbacks in (False, True):
+        if fallbacks and any(d.severity == "blocker" and not d.wrapper for d in found):
+            break
+        for rule in rules:
+            if rule.kind != "diagnosis" or bool(rule.fallback) != fallbacks:
+                continue
+            match = matches.get(rule.id)
+            if rule.patterns and match is None:
+                continue
+            d = _build(rule, match, base, facts, options)
+            if d is not None:
+                found.append(d)
     return reconcile(rank(found))
 
 

@@ -11,6 +11,7 @@ the line a rule matched was such a failure, for rules that read traceback frames
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote_plus
 
@@ -190,13 +191,20 @@ def search_text(exc_type: str | None, message: str | None, function: str | None,
 
 
 _SITE = {"failure_found", "exc_type", "exc_message", "exc_module", "exc_function", "exc_file", "exc_lineno",
-         "exc_code", "raised_at", "fatal", "failure_process", "search_text", "search_url", "frames_seen"}  # fmt: skip
+         "exc_code", "raised_at", "fatal", "failure_process", "search_text", "search_url", "frames_seen",
+         "vllm_template", "vllm_site", "vllm_releases", "vllm_area", "vllm_advice", "vllm_config_check"}  # fmt: skip
+CONFIG_AREAS = ("config validation", "engine arguments")
+_PYDANTIC = re.compile(r"\d+ validation errors? for \w+")
+_VALUE_ERROR = re.compile(r"^Value error, |\s*\[type=\w+$")  # the head and tail around pydantic's message
 
 
-@check(reads=set(), returns=_SITE)  # reads the traceback records and the phases (facts.traceback, facts.phases)
+@check(
+    reads={"vllm_version", "pydantic_value_error"}, returns=_SITE
+)  # and the traceback records and the phases (facts.traceback, .phases)
 def failure_site(inp: CheckInput) -> CheckResult:
     """The failure the server did not survive: exception, message, the vLLM module and function
-    that raised it, and the text to search vLLM's issues with."""
+    that raised it, and the text to search vLLM's issues with; and, where vLLM's own source has the
+    message (the atlas: knowledge/atlasmatch.py), its template, raise site, releases, area and advice."""
     found = failure(inp)
     if found is None:
         return CheckResult({"failure_found": False})
@@ -221,8 +229,19 @@ def failure_site(inp: CheckInput) -> CheckResult:
             out["exc_code"] = code[:MESSAGE_CHARS]
             if exc_type and not message and code.startswith("assert "):
                 message = code  # a bare AssertionError: the assert is its message
+    wrapped = inp.get("pydantic_value_error")
+    if message and wrapped and _PYDANTIC.match(str(message)):  # "1 validation error for VllmConfig":
+        message = _VALUE_ERROR.sub("", str(wrapped))  # the message is its "Value error, ..." line
     if message:
         out["exc_message"] = str(message).strip()[:MESSAGE_CHARS]
+        from vllm_doctor.knowledge.atlasmatch import name
+
+        named = name(exc_type, str(message).strip(), inp.get("vllm_version"))
+        if named is not None:
+            out.update(vllm_template=named.template, vllm_site=named.site, vllm_releases=named.releases,
+                       vllm_area=named.area, vllm_config_check=named.area in CONFIG_AREAS)  # fmt: skip
+            if named.advice:
+                out["vllm_advice"] = named.advice
     if rec.process:
         out["failure_process"] = rec.process
     text = search_text(exc_type or out.get("fatal"), message, function, module)

@@ -1,0 +1,108 @@
+"""Issue 36: no vLLM error is unrecognised. A failure no hand rule names is named by vLLM's own
+source (the atlas): its message, raise site, area, releases and the message's own advice; a
+configuration check is config-validation, anything else vllm-check. A template with too little
+literal text is never matched alone, and a named cause always leads."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from vllm_doctor import atlas
+from vllm_doctor.knowledge.atlasmatch import CUT_AT, MIN_ANCHOR, MIN_LITERAL, name
+
+NEWEST = atlas.message_releases()[-1]
+STARTUP = (
+    "vllm/config",
+    "vllm/engine/arg_utils",
+    "vllm/platforms",
+    "vllm/v1/core/kv_cache",
+    "vllm/v1/worker/gpu_worker",
+)
+WRAPPERS = {"engine-startup-failed", "unrecognised-failure"}
+
+
+def _rendered(template: str) -> str:
+    """The message with sample values, as a traceback's last line has it (one line)."""
+    return re.sub(r"\{[^{}]*\}", "7", template).replace("{{", "{").replace("}}", "}").replace("\n", " ")
+
+
+def _told_apart(t: dict) -> bool:
+    literal = len(re.sub(r"\{[^{}]*\}", "", t["template"]))
+    return t["anchor_len"] >= MIN_ANCHOR and literal >= MIN_LITERAL and "\n" not in t["template"]
+
+
+def startup_templates() -> list[dict]:
+    last = len(atlas.message_releases()) - 1
+    return [
+        t
+        for t in atlas.templates()
+        if t["kind"] == "raise" and t["file"].startswith(STARTUP) and any(b == last for _, b in t["spans"])
+    ]
+
+
+def test_a_message_is_named_with_its_site_area_releases_and_advice():
+    named = name(
+        "ValueError",
+        "'tensor_parallel_size' is not a valid argument in the speculative_config. Please pass "
+        "'draft_tensor_parallel_size' instead.",
+        NEWEST,
+    )
+    assert named is not None and named.site == "vllm/config/speculative.py:SpeculativeConfig._verify_args"
+    assert named.area == "config validation" and named.releases.endswith(NEWEST)
+    assert named.advice == "Please pass 'draft_tensor_parallel_size' instead."
+
+
+def test_the_end_quotes_a_text_fact_lost_do_not_hide_the_message():
+    said = (
+        "tensor_parallel_size' is not a valid argument in the speculative_config. Please pass "
+        "'draft_tensor_parallel_size' instead."
+    )
+    assert name("ValueError", said, NEWEST) is not None
+
+
+def test_too_little_literal_text_is_never_named_alone():
+    assert name("ValueError", "Invalid 7: 7", NEWEST) is None
+    assert name("RuntimeError", "something no vLLM release says in any of its messages, anywhere", NEWEST) is None
+
+
+def test_a_message_cut_at_400_characters_is_named_by_a_long_literal_run():
+    t = next(t for t in startup_templates() if len(t["template"]) > 600 and t["anchor_len"] >= 40)
+    text = _rendered(t["template"])
+    start = max(0, text.index(t["anchor"].strip("'\"")) - 10)
+    cut = text[start : start + CUT_AT]
+    assert t["anchor"].strip("'\"") in cut
+    named = name(t.get("exc"), cut, NEWEST)
+    assert named is not None and named.site == f"{t['file']}:{t['func']}"
+
+
+def test_every_startup_message_of_the_newest_release_is_named(run, tmp_path):
+    """Every raise of the newest release's startup paths (config, engine arguments, platforms, KV
+    cache planning, the GPU worker), rendered with sample values at the end of an engine traceback:
+    a hand rule or the atlas names it; none ends as the engine wrapper or the unrecognised failure
+    (those with too little literal text to be told apart are left out, by design)."""
+    log, missed, named = tmp_path / "server.log", [], 0
+    for t in startup_templates():
+        if not _told_apart(t):
+            continue
+        exc = t.get("exc") or "ValueError"
+        log.write_text(
+            f"(APIServer pid=1) INFO 12-01 10:00:00 [api_server.py:1351] vLLM API server version {NEWEST}\n"
+            "(EngineCore pid=60) ERROR 12-01 10:00:05 [core.py:1510] EngineCore failed to start.\n"
+            "(EngineCore pid=60) ERROR 12-01 10:00:05 [core.py:1510] Traceback (most recent call last):\n"
+            f'(EngineCore pid=60) ERROR 12-01 10:00:05 [core.py:1510]   File "/x/{t["file"]}", line 100, in f\n'
+            f"(EngineCore pid=60) ERROR 12-01 10:00:05 [core.py:1510] {exc}: {_rendered(t['template'])}\n"
+        )
+        top = next((d for d in run(log).diagnoses if d.severity != "info"), None)
+        named += 1
+        if top is None or top.category in WRAPPERS:
+            missed.append(t["template"][:100])
+    assert named > 400 and missed == [], missed[:10]
+
+
+@pytest.mark.parametrize("template", ["{x}", "Invalid {a}: {b}"])
+def test_the_templates_kept_for_coverage_are_in_the_atlas_but_not_candidates(template):
+    from vllm_doctor.knowledge.atlasmatch import _candidates
+
+    assert not any(t["template"] == template for t in _candidates())
