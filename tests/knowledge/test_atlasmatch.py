@@ -106,3 +106,29 @@ def test_the_templates_kept_for_coverage_are_in_the_atlas_but_not_candidates(tem
     from vllm_doctor.knowledge.atlasmatch import _candidates
 
     assert not any(t["template"] == template for t in _candidates())
+
+
+def test_rules_coverage_counts_every_startup_site_once(rules):
+    """`vllm-doctor rules coverage --vllm 0.34.0`: per area the sites, those a hand rule names, those
+    the atlas names alone and those neither can; the table's last row is all of them."""
+    from vllm_doctor.knowledge.coverage import coverage, lines
+
+    release, areas = coverage(rules, "0.34.1")  # a patch reads its minor's release
+    assert release == "0.34.0" and len(areas) >= 6
+    for a in areas:
+        assert a.sites == a.by_rules + a.by_atlas + len(a.neither) and a.sites > 0
+    config = next(a for a in areas if a.name == "config validation")
+    assert config.by_rules >= 10 and config.by_atlas > 250  # hand rules name the ones where arithmetic matters
+    table = lines(release, areas)
+    assert table[0].startswith("vLLM 0.34.0") and table[2 + len(areas) + 1].startswith("all startup areas")
+    older, _ = coverage(rules, "0.20.0")
+    assert older == "0.19.1"  # the newest release read at or below it
+
+
+def test_rules_coverage_on_the_command_line():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "vllm_doctor", "rules", "coverage", "--vllm", "0.34.0"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 0 and "config validation" in p.stdout and "all startup areas" in p.stdout

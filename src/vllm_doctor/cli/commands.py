@@ -221,6 +221,22 @@ def rules_show(
     say(show(load_rules(rules_dirs), rule_id, CHECKS), err=False)
 
 
+@rules_app.command("coverage", cls=Command)
+def rules_coverage(
+    vllm: Annotated[
+        Optional[str],
+        typer.Option("--vllm", metavar="VERSION", help="The release (default: the newest the atlas read)."),
+    ] = None,
+    rules_dirs: RulesDirs = [],  # noqa: B006
+) -> None:
+    """Of a vLLM release's startup raise sites (the atlas, read from its wheel): how many a hand rule
+    names, how many the atlas names alone, and which neither can."""
+    from vllm_doctor.knowledge.coverage import coverage, lines
+
+    release, areas = coverage(load_rules(rules_dirs), vllm)
+    say("\n".join(lines(release, areas)), err=False)
+
+
 @rules_app.command("check", cls=Command)
 def rules_check(directory: Annotated[Path, typer.Argument(help="A directory of rule files.", metavar="DIR")]) -> None:
     """Validate every rule file in a directory; one line per problem."""
