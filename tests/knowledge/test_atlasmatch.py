@@ -11,9 +11,10 @@ import pytest
 
 from vllm_doctor import atlas
 from vllm_doctor.knowledge.atlasmatch import CUT_AT, MIN_ANCHOR, MIN_LITERAL, name
+from vllm_doctor.knowledge.coverage import rendered
 
 NEWEST = atlas.message_releases()[-1]
-STARTUP = (
+NAMED = (  # the startup paths every raise of which the test renders
     "vllm/config",
     "vllm/engine/arg_utils",
     "vllm/platforms",
@@ -21,11 +22,6 @@ STARTUP = (
     "vllm/v1/worker/gpu_worker",
 )
 WRAPPERS = {"engine-startup-failed", "unrecognised-failure"}
-
-
-def _rendered(template: str) -> str:
-    """The message with sample values, as a traceback's last line has it (one line)."""
-    return re.sub(r"\{[^{}]*\}", "7", template).replace("{{", "{").replace("}}", "}").replace("\n", " ")
 
 
 def _told_apart(t: dict) -> bool:
@@ -38,7 +34,7 @@ def startup_templates() -> list[dict]:
     return [
         t
         for t in atlas.templates()
-        if t["kind"] == "raise" and t["file"].startswith(STARTUP) and any(b == last for _, b in t["spans"])
+        if t["kind"] == "raise" and t["file"].startswith(NAMED) and any(b == last for _, b in t["spans"])
     ]
 
 
@@ -69,7 +65,7 @@ def test_too_little_literal_text_is_never_named_alone():
 
 def test_a_message_cut_at_400_characters_is_named_by_a_long_literal_run():
     t = next(t for t in startup_templates() if len(t["template"]) > 600 and t["anchor_len"] >= 40)
-    text = _rendered(t["template"])
+    text = rendered(t["template"])
     start = max(0, text.index(t["anchor"].strip("'\"")) - 10)
     cut = text[start : start + CUT_AT]
     assert t["anchor"].strip("'\"") in cut
@@ -92,7 +88,7 @@ def test_every_startup_message_of_the_newest_release_is_named(run, tmp_path):
             "(EngineCore pid=60) ERROR 12-01 10:00:05 [core.py:1510] EngineCore failed to start.\n"
             "(EngineCore pid=60) ERROR 12-01 10:00:05 [core.py:1510] Traceback (most recent call last):\n"
             f'(EngineCore pid=60) ERROR 12-01 10:00:05 [core.py:1510]   File "/x/{t["file"]}", line 100, in f\n'
-            f"(EngineCore pid=60) ERROR 12-01 10:00:05 [core.py:1510] {exc}: {_rendered(t['template'])}\n"
+            f"(EngineCore pid=60) ERROR 12-01 10:00:05 [core.py:1510] {exc}: {rendered(t['template'])}\n"
         )
         top = next((d for d in run(log).diagnoses if d.severity != "info"), None)
         named += 1

@@ -22,7 +22,7 @@ from vllm_doctor.versions import version_tuple
 MIN_ANCHOR = 12  # the longest literal run of a template named alone
 MIN_LITERAL = 20  # ... and all its literal text
 MESSAGE_CHARS = 2000  # of a message, the part compared
-_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
+PLACEHOLDER = re.compile(r"\{[^{}]*\}")  # a template's interpolated value
 CUT_AT, CUT_ANCHOR = 400, 40  # a message this long was cut: a literal run this long names it alone
 
 # where in vLLM's tree a message comes from, as an operator names the step (first match wins)
@@ -110,11 +110,11 @@ def _candidates() -> list[dict[str, Any]]:
 
     out = []
     for t in templates():
-        literal = len(_PLACEHOLDER.sub("", t["template"]))
+        literal = len(PLACEHOLDER.sub("", t["template"]))
         if t.get("anchor_len", len(t["anchor"])) >= MIN_ANCHOR and literal >= MIN_LITERAL:
             runs = [
                 r
-                for r in _PLACEHOLDER.split(t["template"].replace("{{", "{").replace("}}", "}"))
+                for r in PLACEHOLDER.split(t["template"].replace("{{", "{").replace("}}", "}"))
                 if len(r) >= CUT_ANCHOR
             ]
             out.append({**t, "literal": literal, "runs": runs})

@@ -6,18 +6,16 @@ placeholder), as the engine would read it on a traceback's last line."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from vllm_doctor.data import Rule
-from vllm_doctor.knowledge.atlasmatch import MIN_ANCHOR, MIN_LITERAL, area
+from vllm_doctor.knowledge.atlasmatch import PLACEHOLDER, MIN_ANCHOR, MIN_LITERAL, area
 
 # the startup paths: what runs between `vllm serve` and the server's first request
 STARTUP = (
     "vllm/config", "vllm/engine/arg_utils", "vllm/v1/core/kv_cache", "vllm/v1/worker", "vllm/worker",
     "vllm/distributed", "vllm/v1/executor", "vllm/executor", "vllm/model_executor/model_loader", "vllm/platforms",
 )  # fmt: skip
-_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 
 
 @dataclass
@@ -31,7 +29,7 @@ class Area:
 
 def rendered(template: str) -> str:
     """The message as a log line holds it: sample values, one line."""
-    return _PLACEHOLDER.sub("7", template).replace("{{", "{").replace("}}", "}").replace("\n", " ")
+    return PLACEHOLDER.sub("7", template).replace("{{", "{").replace("}}", "}").replace("\n", " ")
 
 
 def coverage(rules: list[Rule], version: str | None = None) -> tuple[str, list[Area]]:
@@ -55,7 +53,7 @@ def coverage(rules: list[Rule], version: str | None = None) -> tuple[str, list[A
             (not p.needs or any(n in text for n in p.needs)) and compile_regex(p.regex).search(text) for p in patterns
         ):
             a.by_rules += 1
-        elif t["anchor_len"] >= MIN_ANCHOR and len(_PLACEHOLDER.sub("", t["template"])) >= MIN_LITERAL:
+        elif t["anchor_len"] >= MIN_ANCHOR and len(PLACEHOLDER.sub("", t["template"])) >= MIN_LITERAL:
             a.by_atlas += 1
         else:
             a.neither.append(t["template"])
