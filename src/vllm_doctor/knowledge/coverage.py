@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vllm_doctor.data import Rule
-from vllm_doctor.knowledge.atlasmatch import PLACEHOLDER, MIN_ANCHOR, MIN_LITERAL, area
+from vllm_doctor.knowledge.atlasmatch import MIN_ANCHOR, MIN_LITERAL, PLACEHOLDER, area
 
 # the startup paths: what runs between `vllm serve` and the server's first request
 STARTUP = (
