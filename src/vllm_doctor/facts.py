@@ -90,8 +90,8 @@ FACTS: dict[str, type] = {
     "memory.after_warmup_free_gib": float,  # 0.34's extensible cache: free memory measured after warmup
     "memory.transient_gib": float,  # ... and what it keeps for transient activations
     "kv_cache.extended_gib": float,  # ... the KV cache it extended to, once measured (the final size)
-    "kv_cache.sized_after": str,
-    "pydantic_value_error": str,  # a pydantic ValidationError's "Value error, ..." line: the message it wraps  # "warmup": vLLM's cache check ran on the memory left after CUDA graphs and warmup
+    "kv_cache.sized_after": str,  # "warmup": vLLM's cache check ran on the memory left after CUDA graphs and warmup
+    "pydantic_value_error": str,  # a pydantic ValidationError's "Value error, ..." line: the message it wraps
 }
 
 # fields of one stats sample a stats rule may fill

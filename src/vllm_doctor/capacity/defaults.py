@@ -26,6 +26,11 @@ EXTENSIBLE_BACKENDS = ("cuda", "rocm")  # where 0.34's extensible KV cache is on
 CONSERVATIVE = 0.90  # the level a lower --gpu-memory-utilization is raised to at least
 
 
+def backend(device: str | None) -> str:
+    """The backend a log's device names, as the defaults are keyed: "cpu", else "cuda"."""
+    return "cpu" if str(device or "").lower() == "cpu" else "cuda"
+
+
 def release(version: str | None) -> dict[str, Any]:
     """The release's defaults by name (the nearest release the atlas read, at or below it); a
     version that is no version (a mangled log's) reads as none named."""

@@ -216,10 +216,10 @@ def kv_fit(inp: CheckInput) -> CheckResult:
 
             want = cap.utilization_needed(float(util), float(needed), float(available), float(total))
             out["utilization_needed"], out["utilization_needed_unsafe"] = want, want > cap.SAFE_UTILIZATION
-    if util is not None:  # raised to the release's default (0.92 from 0.25; 0.90 before), never past 0.95
-        from vllm_doctor.capacity.defaults import raise_target
+    if util is not None:  # raised to the release's default (0.92 from 0.20; 0.90 before), never past 0.95
+        from vllm_doctor.capacity.defaults import backend, raise_target
 
-        target = raise_target(inp.get("vllm_version"), "cpu" if str(inp.get("device")).lower() == "cpu" else "cuda")
+        target = raise_target(inp.get("vllm_version"), backend(inp.get("device")))
         out["can_raise_utilization"] = float(util) < target
         out["raised_utilization"] = target
     return CheckResult(out, confidence="medium" if disagreement else None)

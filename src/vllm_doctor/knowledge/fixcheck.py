@@ -56,7 +56,7 @@ def release_default(flag: str, values: dict[str, Any]) -> float | None:
 
     version = values.get("vllm_version")
     if flag == UTIL_FLAG:
-        return defaults.utilization(version, "cpu" if str(values.get("device") or "").lower() == "cpu" else "cuda")
+        return defaults.utilization(version, defaults.backend(values.get("device")))
     value = defaults.release(version).get(flag.lstrip("-").replace("-", "_"))
     return _number(value)
 

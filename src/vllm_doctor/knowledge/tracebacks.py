@@ -198,13 +198,12 @@ _PYDANTIC = re.compile(r"\d+ validation errors? for \w+")
 _VALUE_ERROR = re.compile(r"^Value error, |\s*\[type=\w+$")  # the head and tail around pydantic's message
 
 
-@check(
-    reads={"vllm_version", "pydantic_value_error"}, returns=_SITE
-)  # and the traceback records and the phases (facts.traceback, .phases)
+@check(reads={"vllm_version", "pydantic_value_error"}, returns=_SITE)
 def failure_site(inp: CheckInput) -> CheckResult:
-    """The failure the server did not survive: exception, message, the vLLM module and function
-    that raised it, and the text to search vLLM's issues with; and, where vLLM's own source has the
-    message (the atlas: knowledge/atlasmatch.py), its template, raise site, releases, area and advice."""
+    """The failure the server did not survive (from the traceback records and the phases):
+    exception, message, the vLLM module and function that raised it, and the text to search vLLM's
+    issues with; and, where vLLM's own source has the message (the atlas: knowledge/atlasmatch.py),
+    its template, raise site, releases, area and advice."""
     found = failure(inp)
     if found is None:
         return CheckResult({"failure_found": False})
@@ -233,10 +232,11 @@ def failure_site(inp: CheckInput) -> CheckResult:
     if message and wrapped and _PYDANTIC.match(str(message)):  # "1 validation error for VllmConfig":
         message = _VALUE_ERROR.sub("", str(wrapped))  # the message is its "Value error, ..." line
     if message:
-        out["exc_message"] = str(message).strip()[:MESSAGE_CHARS]
+        message = str(message).strip()
+        out["exc_message"] = message[:MESSAGE_CHARS]
         from vllm_doctor.knowledge.atlasmatch import name
 
-        named = name(exc_type, str(message).strip(), inp.get("vllm_version"))
+        named = name(exc_type, message, inp.get("vllm_version"))
         if named is not None:
             out.update(vllm_template=named.template, vllm_site=named.site, vllm_releases=named.releases,
                        vllm_area=named.area, vllm_config_check=named.area in CONFIG_AREAS)  # fmt: skip

@@ -87,7 +87,7 @@ def finish(w: Run) -> None:
     elif report is not None:
         what = f"{o.bad_reasons[0] if o.bad_reasons else 'clean exit'}; no cause found in the output"
     else:
-        what = f"could not diagnose ({diag_error}); vLLM: {'; '.join(o.bad_reasons) or f'exit status {o.status}'}"
+        what = f"could not diagnose ({diag_error}); vLLM: {o.how_ended}"
     where = f"incident report in {o.report_dir}/"
     if missing:
         where += f" without {', '.join(missing)}" + (

@@ -52,6 +52,11 @@ class Outcome:
     started: float = 0.0
     ended: float = 0.0
 
+    @property
+    def how_ended(self) -> str:
+        """The reasons for a report, else the exit status: what the wrapper says of the child."""
+        return "; ".join(self.bad_reasons) or f"exit status {self.status}"
+
 
 def exit_status(returncode: int) -> int:
     """As a shell reports it: 128 + N for a death by signal N."""

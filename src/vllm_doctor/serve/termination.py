@@ -38,13 +38,14 @@ def cause(report: Report | None, diag_error: str | None, outcome: Outcome) -> tu
     from vllm_doctor.render.summary import corrected_command, headline
 
     if report is None:
-        ended = "; ".join(outcome.bad_reasons) or f"exit status {outcome.status}"
         last: list[str] = []
-        for line in reversed(outcome.last_lines):
-            if sum(len(x.encode("utf-8", "replace")) + 1 for x in [line, *last]) > LAST_BYTES:
+        size = 0
+        for line in reversed(outcome.last_lines):  # the last ones first, while they fit
+            size += len(line.encode("utf-8", "replace")) + 1
+            if size > LAST_BYTES:
                 break
             last.insert(0, line)
-        return [f"vllm-doctor: could not diagnose ({diag_error}); vLLM: {ended}"], (
+        return [f"vllm-doctor: could not diagnose ({diag_error}); vLLM: {outcome.how_ended}"], (
             ["The output's last lines:", *last] if last else []
         )
     must = [f"vllm-doctor: {headline(report)}"]
