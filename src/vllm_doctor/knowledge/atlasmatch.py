@@ -76,10 +76,7 @@ def name(exc_type: str | None, message: str, version: str | None = None) -> Name
     releases = _releases()
     cut = len(text) >= CUT_AT  # the log's reading keeps 400 characters of a message
     for t in _candidates():
-        held = t["anchor"].strip("'\"") in text
-        if not held and not (cut and any(run[:CUT_ANCHOR] in text for run in t["runs"])):
-            continue
-        whole = held and bool(_regex(t["regex"]).search(text))
+        whole = t["anchor"].strip("'\"") in text and bool(_regex(t["regex"]).search(text))
         if not whole and not (cut and any(run[:CUT_ANCHOR] in text for run in t["runs"])):
             continue
         spans = t["spans"]
@@ -99,6 +96,11 @@ def name(exc_type: str | None, message: str, version: str | None = None) -> Name
     )
 
 
+def told_apart(t: dict[str, Any]) -> bool:
+    """Whether a template has literal text enough to be named alone (else kept for coverage only)."""
+    return t["anchor_len"] >= MIN_ANCHOR and len(PLACEHOLDER.sub("", t["template"])) >= MIN_LITERAL
+
+
 def area(path: str) -> str:
     return next((what for prefix, what in AREAS if path.startswith(prefix)), "vLLM")
 
@@ -110,14 +112,13 @@ def _candidates() -> list[dict[str, Any]]:
 
     out = []
     for t in templates():
-        literal = len(PLACEHOLDER.sub("", t["template"]))
-        if t.get("anchor_len", len(t["anchor"])) >= MIN_ANCHOR and literal >= MIN_LITERAL:
+        if told_apart(t):
             runs = [
                 r
                 for r in PLACEHOLDER.split(t["template"].replace("{{", "{").replace("}}", "}"))
                 if len(r) >= CUT_ANCHOR
             ]
-            out.append({**t, "literal": literal, "runs": runs})
+            out.append({**t, "literal": len(PLACEHOLDER.sub("", t["template"])), "runs": runs})
     return out
 
 

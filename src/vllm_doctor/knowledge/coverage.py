@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vllm_doctor.data import Rule
-from vllm_doctor.knowledge.atlasmatch import MIN_ANCHOR, MIN_LITERAL, PLACEHOLDER, area
+from vllm_doctor.knowledge.atlasmatch import PLACEHOLDER, area, told_apart
 
 # the startup paths: what runs between `vllm serve` and the server's first request
 STARTUP = (
@@ -53,7 +53,7 @@ def coverage(rules: list[Rule], version: str | None = None) -> tuple[str, list[A
             (not p.needs or any(n in text for n in p.needs)) and compile_regex(p.regex).search(text) for p in patterns
         ):
             a.by_rules += 1
-        elif t["anchor_len"] >= MIN_ANCHOR and len(PLACEHOLDER.sub("", t["template"])) >= MIN_LITERAL:
+        elif told_apart(t):
             a.by_atlas += 1
         else:
             a.neither.append(t["template"])
