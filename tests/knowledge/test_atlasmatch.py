@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_doctor import atlas
-from vllm_doctor.knowledge.atlasmatch import CUT_AT, name, told_apart
+from vllm_doctor.knowledge.atlasmatch import CUT_AT, name, told_apart, told_apart_typed
 from vllm_doctor.knowledge.coverage import rendered
 
 NEWEST = atlas.message_releases()[-1]
@@ -56,6 +56,17 @@ def test_too_little_literal_text_is_never_named_alone():
     assert name("RuntimeError", "something no vLLM release says in any of its messages, anywhere", NEWEST) is None
 
 
+def test_a_terse_message_is_named_only_whole_and_with_its_exception_type():
+    """`f"{name} must be positive"` and "Unsupported OS" say too little to be named on any line, but
+    a traceback's last line `ValueError: max_loras must be positive` is that template, whole."""
+    named = name("ValueError", "max_loras must be positive", NEWEST)
+    assert named is not None and named.template == "{name} must be positive"
+    assert name("NotImplementedError", "Unsupported OS", NEWEST).template == "Unsupported OS"
+    assert name("RuntimeError", "max_loras must be positive", NEWEST) is None  # another type
+    assert name("ValueError", "the budget must be positive or the run stops", NEWEST) is None  # not whole
+    assert name(None, "Unsupported OS", NEWEST) is None
+
+
 def test_a_message_cut_at_400_characters_is_named_by_a_long_literal_run():
     t = next(t for t in startup_templates() if len(t["template"]) > 600 and t["anchor_len"] >= 40)
     text = rendered(t["template"])
@@ -70,12 +81,12 @@ def test_every_startup_message_of_the_newest_release_is_named(run, tmp_path):
     """Every raise of the newest release's startup paths (config, engine arguments, platforms, KV
     cache planning, the GPU worker), rendered with sample values at the end of an engine traceback:
     a hand rule or the atlas names it; none ends as the engine wrapper or the unrecognised failure
-    (those with too little literal text to be told apart are left out, by design)."""
+    (a template with too little literal text to be told apart even with its type is left out)."""
     log, missed, named = tmp_path / "server.log", [], 0
     for t in startup_templates():
-        if not told_apart(t) or "\n" in t["template"]:  # (a traceback's last line is one line)
+        if not (told_apart(t) or told_apart_typed(t)) or "\n" in t["template"]:  # (one line)
             continue
-        exc = t.get("exc") or "ValueError"
+        exc = t.get("exc") or "ValueError"  # (a terse template is named with its own type)
         log.write_text(
             f"(APIServer pid=1) INFO 12-01 10:00:00 [api_server.py:1351] vLLM API server version {NEWEST}\n"
             "(EngineCore pid=60) ERROR 12-01 10:00:05 [core.py:1510] EngineCore failed to start.\n"
