@@ -123,25 +123,61 @@ def two_pods() -> str:
     return "\n".join(out) + "\n"
 
 
-@pytest.mark.parametrize("form", ["docker-timestamps", "cri-file", "kubectl-two-pods"])
+COLOUR = "\x1b[1;36m{}\x1b[0;0m"
+
+
+def v1_shaped(text: str, colour: float, bare: float, seed: int = 1) -> str:
+    """The access lines behind the API server's prefix, as most V1 servers write them (a share
+    `bare` left bare), and a share `colour` of every process prefix in ANSI colour, as a
+    terminal-attached server writes it."""
+    import random
+    import re
+
+    rng, out, server = random.Random(seed), [], "(APIServer pid=100)"
+    for line in text.splitlines():
+        m = re.match(r"\((?:APIServer|Other|EngineCore) pid=\d+\)", line)
+        if m and m[0].startswith("(APIServer"):
+            server = m[0]
+        elif line.startswith("INFO:     ") and rng.random() >= bare:
+            line, m = f"{server} {line}", re.match(".*?\\)", server)
+        if m and rng.random() < colour:
+            line = COLOUR.format(m[0]) + line[len(m[0]) :]
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+FORMS = {
+    "docker-timestamps": lambda: stamped(serving_log(False, other=False), False),
+    "cri-file": lambda: stamped(serving_log(False, other=False), True),
+    "kubectl-two-pods": two_pods,
+    "v1": lambda: v1_shaped(serving_log(False), 0, 0),
+    "v1-colour": lambda: v1_shaped(serving_log(False), 1, 0),
+    "v1-mixed": lambda: v1_shaped(serving_log(False), 0.25, 0.15),
+    "v1-docker": lambda: stamped(v1_shaped(serving_log(False, other=False), 0, 0), False),
+    "compose-v1": lambda: "".join(f"vllm-1  | {line}\n" for line in v1_shaped(serving_log(False), 0.5, 0).splitlines()),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
 def test_a_prefixed_serving_log_reads_the_same_both_ways(run, tmp_path, monkeypatch, form):
-    """Behind a collector's prefix a family's line is no bulk form's, but it is still read whole
-    by its family (engine._take, lineparse.plain), as parse() reads it: the same report, two
-    containers' lines two runs however they interleave."""
+    """Behind a collector's prefix (a stamp, a pod's or service's name) and V1's process prefix
+    (in colour or not, mixed with bare lines), a family's line is read in bulk, a region at a
+    time, as parse() reads it (lineparse.plain agrees): the same report, two containers' or
+    processes' lines two runs however they interleave."""
     from vllm_doctor.read import lineparse
 
-    text = two_pods() if form == "kubectl-two-pods" else stamped(serving_log(False, other=False), form == "cri-file")
+    text = FORMS[form]()
     plain = 0
     for line in text.splitlines():
-        read = lineparse.plain(line)
+        read = lineparse.plain(lineparse.strip_colour(line))
         if read is not None:
             plain += 1
-            assert read[1:] == lineparse.parse(line), line
+            assert read[1:] == lineparse.parse(lineparse.strip_colour(line)), line
     assert plain > 3000
     log = tmp_path / "serving.log"
     log.write_text(text)
     fast, slow, taken, regions = both_ways(run, [log], monkeypatch)
-    assert taken > 3000 and regions == 0  # read whole, line by line
+    assert taken > 200 and regions > 0  # read in bulk
     assert fast == slow
     assert len(fast["lifetimes"]) == (4 if form == "kubectl-two-pods" else 2)
 
@@ -169,22 +205,29 @@ def test_a_bulk_form_reads_what_the_rule_reads(rules):
     extra = [ACCESS.format(port=1, status=503), STATS.format(proc="APIServer", pid=1, m=0, s=0, run=2, wait=0, kv=99),
              STATS.format(proc="EngineCore_DP0", pid=9, m=1, s=2, run=0, wait=5, kv=0).replace("Waiting: 5 reqs, ",
              "Waiting: 5 reqs, Preemptions: 2, ") + ", Prefix cache hit rate: 12.5%"]  # fmt: skip
+    extra += [f"(APIServer pid=7) {extra[0]}", COLOUR.format("(APIServer pid=7)") + f" {extra[0]}",
+              COLOUR.format("(APIServer pid=1)") + extra[1][len("(APIServer pid=1)"):],
+              f"2024-11-30T00:00:00.123456789Z stdout F [pod/vllm-0/vllm] (APIServer pid=7) {extra[0]}",
+              f"vllm-1  | 2024-11-30T00:00:00Z {extra[2]}"]  # fmt: skip
     texts = [p.read_bytes() for p in BULKY] + ["\n".join(extra).encode() + b"\n"]
     seen = 0
     for data in texts:
         for f in fams:
-            for m in f.form.finditer(data):
+            for m in f.form.finditer(b"\n" + data):  # (the form takes the newline before a line)
                 seen += 1
-                text = m.group().decode()
+                line = m[1]
+                text = bulk.text(line)  # (its colour undone)
                 parsed = lineparse.plain(text)
                 assert parsed is not None, text
+                assert parsed[1:] == lineparse.parse(text), text
                 want = eng._search(f.key, eng.rules[f.key].patterns[0], parsed[1], parsed[3])
-                got = {k: v.decode() for k, v in m.groupdict().items() if v is not None}
+                got = {k: v.decode() for k, v in m.groupdict().items() if v is not None and k[0] != "_"}
                 assert want == [got], text
-                assert any(a in m.group() for a in f.anchors)  # found by its anchors (bulk._read_lines)
+                assert any(a in line for a in f.anchors)  # found by its anchors (bulk._read_lines)
                 if f.counted:  # a process's lines around it go where they went (bulk._merged)
-                    assert parsed[2] is None and line_time(text)[0] is None and "pid=" not in text
-                assert bulk.covered(bytearray(text.encode() + b"\n"), 0, len(text) + 1, fams) == [f]
+                    assert (line_time(text)[0] is None) is (m["_t1"] is None and m["_t2"] is None)
+                    assert (parsed[2] is None) is (m["_key"] is None)
+                assert bulk.covered(bytearray(line + b"\n"), 0, len(line) + 1, fams) == [f]
     assert seen > 20
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice, takewhile
-from operator import methodcaller
 from typing import Any, Protocol
 
 from vllm_doctor.data import EVIDENCE_CHARS, Line, Match, Pattern, Rule, cut_evidence
@@ -137,9 +136,8 @@ class Engine:
         while j < n:
             text = batch.text(j)
             key = lineparse.plain_key(text)
-            # the lines after j that share its key (a form's line has its key as its prefix), in C
-            same = map(methodcaller("startswith", (key or "").encode()), islice(batch.lines, j + 1, None))
-            k = j + 1 + len(list(takewhile(bool, same)))
+            # the lines after j that share its run key (process and container), in C
+            k = j + 1 + len(list(takewhile(batch.keys[j].__eq__, islice(batch.keys, j + 1, None))))
             run = self._run
             started = run is None or run[0] != (index, source, key)
             if started:

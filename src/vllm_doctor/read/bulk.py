@@ -10,6 +10,11 @@ families' lines are read here: the stats lines as column batches (each line a sa
 access lines as runs counted by status; where the stats lines between two picked lines are one
 process's, they are one batch and the access lines among them one run, however the two
 interleave (_merged). Elsewhere the region is read line by line, as any other.
+
+A family's line may stand behind what collectors and terminals add (compose/pod names, docker or
+CRI stamps: LEAD; ANSI colour around V1's `(APIServer pid=N)`, which the rules' forms allow): its
+text is then what the general path reads (colour undone), and its run key (the form's `_key`
+group, the process, with the container) keeps lines of two processes apart.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from itertools import accumulate, chain
-from operator import add, methodcaller
+from operator import add
 from typing import Any
 
 from vllm_doctor.read import lineparse
@@ -38,12 +43,26 @@ class Family:
     spots: Any = None  # the same reporting every occurrence (_occurrences)
 
     @cached_property
-    def form(self) -> re.Pattern[bytes]:  # a whole line as its first group, then the rule's named groups
-        return compile_form(self.text)[0]
+    def forms(self) -> tuple[re.Pattern[bytes], re.Pattern[bytes], re.Pattern[bytes]]:
+        return compile_form(self.text)
+
+    @property
+    def form(
+        self,
+    ) -> re.Pattern[bytes]:  # the newline before a whole line, the line as its first group, then its groups
+        return self.forms[0]
+
+    @property
+    def line(self) -> re.Pattern[bytes]:  # the same from the line's start (a match at a line's start)
+        return self.forms[1]
+
+    @property
+    def whole(self) -> re.Pattern[bytes]:  # the same without its groups: whether a line is of the form (_strays)
+        return self.forms[2]
 
     @cached_property
-    def whole(self) -> re.Pattern[bytes]:  # the same without its groups: whether a line is of the form (_strays)
-        return compile_form(self.text)[1]
+    def columns(self) -> dict[str, int]:  # the rule's groups, each its column in a Found's groups
+        return {name: g - 2 for name, g in self.form.groupindex.items() if not name.startswith("_")}
 
 
 def _holds(f: Family, data: bytes) -> bool:
@@ -110,20 +129,26 @@ MAX_STRAYS = 256  # more lines of a family's anchors out of its form: the region
 _META = set(".^$*+?{}[]|()\\")
 
 
-def compile_form(text: str) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
-    """A bulk form as a whole line: (with the line as its first group, then the form's groups, for
-    re.split: _split; without any group). The form's leading literal opens the pattern, checked to
-    start a line by a lookbehind: `re` then finds candidates with a fast substring search (ten
-    times faster than a multiline ^, which is tried at every byte)."""
-    lead, i = "", 0
-    while i < len(text) and (text[i] not in _META or (text[i] == "\\" and text[i + 1 : i + 2] in _META)):
-        lead += text[i + 1] if text[i] == "\\" else text[i]
-        i += 2 if text[i] == "\\" else 1
-    rest = text[i:].encode("utf-8")
-    lit = re.escape(lead.encode("utf-8"))
-    head = lit + rb"(?<![^\n]" + lit + rb")" if lead else rb"(?m:^)"
-    plain = re.sub(rb"\(\?P<\w+>", b"(?:", rest)
-    return re.compile(b"(" + head + rb"(?:" + rest + rb"))(?m:$)"), re.compile(head + rb"(?:" + plain + rb")(?m:$)")
+# What collectors put before a line (lineparse._PLAIN's, in bytes, one line): docker's or a CRI
+# file's stamp (`_t1`, `_t2`: a line with one has a time), a pod's or compose service's name
+# (`_ctr`: part of the run key).
+_STAMP = (
+    rb"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,12})?(?:Z|[+-]\d\d:?\d\d)?(?:[ \t]+(?:stdout|stderr)[ \t]+[FP])?"
+)
+LEAD = (
+    rb"(?P<_t1>" + _STAMP + rb"[ \t]+)?(?P<_ctr>\[pod/[\w.\-/]{1,200}\] |[A-Za-z][\w.\-]{0,100}[ \t]+\| )?"
+    rb"(?P<_t2>" + _STAMP + rb"[ \t]+)?"
+)
+
+
+def compile_form(text: str) -> tuple[re.Pattern[bytes], re.Pattern[bytes], re.Pattern[bytes]]:
+    """A rule's bulk form as a whole line behind LEAD: (for re.split, _split: the newline before
+    the line, the line as its first group, then the groups; the same from a line's start, for a
+    match at one; without any group). A pattern that opens with the newline is tried only at a
+    line's start (`re` finds its first byte by a fast search; a multiline ^ is tried at every byte)."""
+    body = rb"(?:" + LEAD + text.encode("utf-8") + rb")(?m:$)"
+    plain = re.sub(rb"\(\?P<\w+>", b"(?:", body)
+    return re.compile(rb"\n(" + body + b")"), re.compile(b"(" + body + b")"), re.compile(plain)
 
 
 @dataclass
@@ -134,6 +159,15 @@ class Found:
     lines: list[bytes]
     groups: Sequence[Sequence[Any]]  # per group of the form, its value (bytes) in each line, None where it took no part
     rest: bytes  # the region without them (their newlines stay): what may still hold the family's anchors
+    keys: list[tuple]  # each line's run key: (container, process) where the line names them, else None
+    timed: bool  # a line has a collector's stamp: a time
+
+    @classmethod
+    def of(cls, f: Family, starts: list[int], lines: list[bytes], groups: Sequence[Sequence[Any]], rest: bytes):
+        at, n = f.form.groupindex, len(lines)
+        ctr, process = groups[at["_ctr"] - 2], groups[at["_key"] - 2] if "_key" in at else [None] * n
+        timed = groups[at["_t1"] - 2].count(None) < n or groups[at["_t2"] - 2].count(None) < n
+        return cls(starts, lines, groups, rest, list(zip(ctr, process, strict=True)), timed)
 
     def end(self, j: int) -> int:
         return self.starts[j] + len(self.lines[j])
@@ -184,13 +218,17 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
 def _split(region: bytes, lo: int, f: Family) -> Found:
     """A family's lines in the region (buf[lo:...]) by one re.split of its form, which gives the
     text before a line, the line, its groups' values, in turn (no match object, no Python step a
-    line); where each line starts, from the lengths of the texts and lines before it."""
-    parts = f.form.split(region)
+    line); where each line starts, from the lengths of the texts and lines before it (and the
+    newline before each, which the form takes)."""
+    parts = f.form.split(b"\n" + region)
     step = 1 + f.form.groups
     texts, lines = parts[0::step], parts[1::step]
-    before = map(add, map(len, texts), chain((0,), map(len, lines)))  # a line's text before it, the line before
+    before = map(add, map(len, texts), chain((0,), map(_NEWLINE_AFTER, map(len, lines))))
     starts = list(accumulate(before, initial=lo))[1:-1]  # (the last text ends the region)
-    return Found(starts, lines, [parts[g::step] for g in range(2, step)], b"".join(texts))
+    return Found.of(f, starts, lines, [parts[g::step] for g in range(2, step)], b"".join(texts))
+
+
+_NEWLINE_AFTER = (1).__add__  # a line's length and the newline after it
 
 
 def _read_lines(buf: bytearray, lo: int, cut: int, region: bytes, f: Family) -> Found | None:
@@ -207,12 +245,12 @@ def _read_lines(buf: bytearray, lo: int, cut: int, region: bytes, f: Family) -> 
     for end in _occurrences(f, region):
         if out and end <= out[-1].end() - lo:
             continue  # (in the line just read: an anchor holds no newline)
-        m = f.form.match(buf, lo + region.rfind(b"\n", 0, end) + 1, cut)
+        m = f.line.match(buf, lo + region.rfind(b"\n", 0, end) + 1, cut)
         if m is None:
             return None
         out.append(m)
     line, *groups = zip(*map(re.Match.groups, out), strict=True)
-    return Found(list(map(re.Match.start, out)), list(line), groups, b"")
+    return Found.of(f, list(map(re.Match.start, out)), list(line), groups, b"")
 
 
 def _strays(region: bytes, lo: int, f: Family, missing: dict[bytes, int], out: list[tuple[int, int]]) -> bool:
@@ -286,7 +324,7 @@ def _gap(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], o
             out.append((no, (f.key, Columns.of(f, found, i, k, list(range(no, no + k - i))), None, None), (), None))
             _runs(buf, end, b, families, cursor, out)
             return
-        if _one_process(found.lines[i:k]):
+        if _one_process(found.keys, i, k) and _merges(families, found, i, b):
             _merged(buf, a, b, families, read[0], cursor, out)
             return
     lines = sorted(((found.starts[j], f, found, j) for f, found, i, k in read for j in range(i, k)), key=_first)
@@ -304,12 +342,23 @@ def _gap(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], o
     _runs(buf, pos, b, families, cursor, out)
 
 
-def _one_process(lines: list[bytes]) -> bool:
-    """Whether a read family's lines all share the first one's process prefix ("(APIServer
-    pid=1) INFO "): the lines the engine reads as one run, routed alike."""
-    key = lineparse.plain_key(lines[0][:256].decode("utf-8", "replace"))
-    prefix = key.encode() if key else b""
-    return bool(prefix) and all(map(methodcaller("startswith", prefix), lines))
+def _one_process(keys: list[tuple], i: int, k: int) -> bool:
+    """Whether a read family's lines i..k-1 all share the first one's process (and container):
+    the lines the engine reads as one run, routed alike."""
+    return keys[i][1] is not None and keys[i:k].count(keys[i]) == k - i
+
+
+def _merges(families: Present, found: Found, i: int, b: int) -> bool:
+    """Whether the counted family's lines from the read family's line i to b may follow its batch
+    (_merged): none has a time, and each names no process (bare uvicorn lines) or the read lines' own."""
+    key = found.keys[i]
+    for g in families:
+        if g.counted:
+            c = families.found[g.key]
+            ci, ck = bisect_left(c.starts, found.end(i)), bisect_left(c.starts, b)
+            if ci < ck and (c.timed or not all(k == key or k == (key[0], None) for k in set(c.keys[ci:ck]))):
+                return False
+    return True
 
 
 def _merged(buf: bytearray, a: int, b: int, families: Present, read: tuple, cursor: list[int], out: list) -> None:
@@ -322,7 +371,7 @@ def _merged(buf: bytearray, a: int, b: int, families: Present, read: tuple, curs
     f, found, i, k = read
     first = found.starts[i]
     _runs(buf, a, first, families, cursor, out)
-    runs = []  # (family, its lines, the first after the batch's first line, past its last)
+    runs = []  # (family, its lines, the first after the batch's first line, past its last): one key (_merges)
     for g in families:
         if g.counted:
             c = families.found[g.key]
@@ -344,31 +393,40 @@ def _first(entry: tuple) -> int:
 
 class Columns:
     """A batch of one read family's lines, in order, as columns: the line numbers, each line's
-    bytes, and per group of the form its values (bytes, None where it did not take part)."""
+    bytes, its run key, and per group of the rule its values (bytes, None where it took no part)."""
 
-    __slots__ = ("nos", "lines", "groups", "_at")
+    __slots__ = ("nos", "lines", "keys", "groups", "_at")
 
-    def __init__(self, nos: list[int], lines: list[bytes], groups: dict[str, list], at: dict[str, int]):
+    def __init__(self, nos: list[int], lines: list[bytes], keys: list[tuple], groups: dict[str, list],
+                 at: dict[str, int]):  # fmt: skip
         self.nos = nos
         self.lines = lines
+        self.keys = keys
         self.groups = groups  # (in the order of the form's groups, as groupdict() gives them)
         self._at = at  # each group's column in a Found
 
     @classmethod
     def of(cls, f: Family, found: Found, i: int, k: int, nos: list[int]) -> Columns:
         """Lines i..k-1 of a family's found lines, numbered nos."""
-        at = {name: g - 2 for name, g in f.form.groupindex.items()}  # (group 1 is the line)
-        return cls(nos, found.lines[i:k], {name: list(found.groups[c][i:k]) for name, c in at.items()}, at)
+        groups = {name: list(found.groups[c][i:k]) for name, c in f.columns.items()}
+        return cls(nos, found.lines[i:k], found.keys[i:k], groups, f.columns)
 
     def add(self, found: Found, j: int, no: int) -> None:
         """One more line, found's line j."""
         self.nos.append(no)
         self.lines.append(found.lines[j])
+        self.keys.append(found.keys[j])
         for name, c in self._at.items():
             self.groups[name].append(found.groups[c][j])
 
     def text(self, j: int) -> str:
-        return self.lines[j].decode()
+        return text(self.lines[j])
+
+
+def text(line: bytes) -> str:
+    """A family's line as the general path reads it (logread._clean): colour codes undone."""
+    s = line.decode("utf-8", "replace")
+    return lineparse.strip_colour(s) if "\x1b" in s else s
 
 
 def _runs(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], out: list) -> bool:
@@ -379,11 +437,23 @@ def _runs(buf: bytearray, a: int, b: int, families: Present, cursor: list[int], 
         if not f.counted or a >= b:
             continue
         c = families.found[f.key]
-        i, k = bisect_left(c.starts, a), bisect_left(c.starts, b)  # (b starts a line: each is whole in a..b)
-        if i < k:
+        first, past = bisect_left(c.starts, a), bisect_left(c.starts, b)  # (b starts a line: each is whole in a..b)
+        for i, k in _one_key(c.keys, first, past):
             no = _no(buf, c.starts[i], cursor)
             out.append(_run(f, c, i, k, no, _no(buf, c.starts[k - 1], cursor)))
     return len(out) > before
+
+
+def _one_key(keys: list[tuple], i: int, k: int) -> list[tuple[int, int]]:
+    """Lines i..k-1 as spans of one run key each (lines of two processes are two runs)."""
+    if i >= k or keys[i:k].count(keys[i]) == k - i:
+        return [(i, k)] if i < k else []
+    out, start = [], i
+    for j in range(i + 1, k):
+        if keys[j] != keys[j - 1]:
+            out.append((start, j))
+            start = j
+    return [*out, (start, k)]
 
 
 def _counts(values: Sequence) -> dict:
@@ -396,5 +466,6 @@ def _counts(values: Sequence) -> dict:
 def _run(f: Family, c: Found, i: int, k: int, no: int, last_no: int) -> tuple:
     """The entry of a counted family's run, its lines i..k-1: its first line, its values' counts,
     its last line."""
-    run = {v.decode(): n for v, n in _counts(c.groups[0][i:k]).items()}
-    return no, (f.key, c.lines[i].decode(), run, (last_no, c.lines[k - 1].decode())), (), None
+    [column] = f.columns.values()  # (a counted family's one group)
+    run = {v.decode(): n for v, n in _counts(c.groups[column][i:k]).items()}
+    return no, (f.key, text(c.lines[i]), run, (last_no, text(c.lines[k - 1]))), (), None

@@ -211,7 +211,8 @@ def parse(raw: str) -> tuple[str, str | None, str | None]:
 # containers are two processes' even where their pids are the same).
 _PLAIN = re.compile(
     rf"(?:{_STAMP}\s+)?(?P<ctr>\[pod/[^\]\s]+\]\s|[A-Za-z][\w.\-]*\s+\|\s)?(?:{_STAMP}\s+)?"  # [pod/a/b], a-1  |
-    r"(?:(?P<lead>INFO:     )(?=\d)"  # uvicorn: INFO:     127.0.0.1:53938 - "POST /v1/completions HTTP/1.1" 200 OK
+    r"(?:(?P<lead>(?:\((?P<name0>[A-Za-z_][\w\-]*) pid=\d+\) )?INFO:     )(?=\d)"  # uvicorn, behind V1's API
+    # server as most V1 servers write it or bare: (APIServer pid=1) INFO:     127.0.0.1:53938 - "POST /v1/... 200 OK
     r"|(?P<lead2>\((?P<name>[A-Za-z_][\w\-]*) pid=\d+\) (?P<level>DEBUG|INFO|WARNING|ERROR)"
     r" )\d\d-\d\d \d\d:\d\d:\d\d [\[][\w.]+:\d+\] (?=\S))"  # (APIServer pid=1) INFO 11-30 01:53:24 [x.py:9] msg
 )
@@ -237,5 +238,5 @@ def plain(text: str) -> tuple[str, str, str | None, str | None] | None:
         message = _payload(message) or message
     key = (m["ctr"] or "") + (m["lead"] or m["lead2"])
     if m["lead"]:
-        return key, message, None, "INFO"
+        return key, message, m["name0"], "INFO"
     return key, message, m["name"], m["level"]
