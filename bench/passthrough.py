@@ -4,10 +4,12 @@
     python bench/passthrough.py --lines 500000 --repeat 1
     python bench/passthrough.py --check         # exit 1 when serve takes over 3x the child alone
     python bench/passthrough.py --never-ready --check  # the whole command, exit diagnosis included (CI)
+    python bench/passthrough.py --never-ready --form v1  # the access lines behind (APIServer pid=N)
 
 A child (this file, `--child`) prints N short vLLM-like log lines through a buffered stdout: a
 mix of INFO lines (request, access, engine lines) and a stats line every 100 lines (a healthy
-cache, so the live watch keeps reading all along). It is timed alone (stdout to /dev/null) and
+cache, so the live watch keeps reading all along); with --form v1 the access lines are behind
+the API server's prefix, as most V1 servers write them. It is timed alone (stdout to /dev/null) and
 under `python -m vllm_doctor serve --vllm-bin <child> -- m` (stdout to /dev/null, the live
 watch on); times are the median of the runs. Peak RSS is the wrapper's own (VmHWM in
 /proc/PID/status, read until it exits). Then one line of 20 MB without a newline goes through
@@ -53,7 +55,7 @@ STARTED = 0.0
 READY = "INFO:     Application startup complete.\n"
 
 
-def child(lines: int, long_mb: int, never_ready: bool = False) -> int:
+def child(lines: int, long_mb: int, never_ready: bool = False, form: str = "plain") -> int:
     """What the fake `vllm serve` prints: a ready line, then the lines (or one long line); when
     never ready, no ready line, and it exits 1."""
     global STARTED
@@ -69,8 +71,9 @@ def child(lines: int, long_mb: int, never_ready: bool = False) -> int:
         _done()
         return 0
     block = []
+    shapes = [P[:21] + line if form == "v1" and line.startswith("INFO:") else line for line in LINES]
     for n in range(1000):
-        text = STATS if n % 100 == 99 else LINES[n % len(LINES)]
+        text = STATS if n % 100 == 99 else shapes[n % len(shapes)]
         block.append(text.format(s=n % 60, n=n).encode())
     for i in range(lines):
         out.write(block[i % 1000])
@@ -87,9 +90,9 @@ def _done() -> None:
             f.write(f"{STARTED!r} {time.time()!r}")
 
 
-def fake_bin(tmp: Path, lines: int, long_mb: int = 0, never_ready: bool = False) -> Path:
-    path = tmp / f"vllm-{lines}-{long_mb}{'-never' if never_ready else ''}"
-    flag = " --never-ready" if never_ready else ""
+def fake_bin(tmp: Path, lines: int, long_mb: int = 0, never_ready: bool = False, form: str = "plain") -> Path:
+    path = tmp / f"vllm-{lines}-{long_mb}{'-never' if never_ready else ''}-{form}"
+    flag = (" --never-ready" if never_ready else "") + f" --form {form}"
     path.write_text(
         f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" --child --lines {lines} --long-mb {long_mb}{flag}\n'
     )
@@ -150,12 +153,12 @@ def cpu_of_children() -> float:
     return use.ru_utime + use.ru_stime
 
 
-def never_ready(lines: int, repeat: int, check: bool) -> int:
+def never_ready(lines: int, repeat: int, check: bool, form: str = "plain") -> int:
     """The whole `serve` command around a child that exits 1 without becoming ready: pass-through,
     live watch, exit diagnosis and incident report, until serve exits, against the child alone."""
     with tempfile.TemporaryDirectory(prefix="vllm-doctor-bench-") as d:
         tmp = Path(d)
-        binary = fake_bin(tmp, lines, never_ready=True)
+        binary = fake_bin(tmp, lines, never_ready=True, form=form)
         alone, whole, cpu, peaks = [], [], [], []
         for _ in range(repeat):  # interleaved, so that a busy machine slows both alike
             _, took, rc, _ = timed([str(binary), "serve", "m"], tmp)
@@ -175,7 +178,7 @@ def never_ready(lines: int, repeat: int, check: bool) -> int:
             peaks.append(peak)
         a, t = statistics.median(alone), statistics.median(whole)
         ratio = t / a
-        print(f"{lines:,} lines ({lines * 98 / 1e6:,.0f} MB), never ready, median of {repeat}")
+        print(f"{lines:,} lines ({lines * 98 / 1e6:,.0f} MB, {form} form), never ready, median of {repeat}")
         print(f"  child alone (> /dev/null):             {a:6.2f} s")
         print(f"  serve, whole command until exit:       {t:6.2f} s  ({statistics.median(cpu):.2f} s CPU)")
         print(
@@ -197,19 +200,22 @@ def main() -> int:
     ap.add_argument("--long-mb", type=int, default=20, help="the single line without a newline, in MB (0: skip)")
     ap.add_argument("--check", action="store_true", help=f"exit 1 when serve takes over {TARGET:g}x the child alone")
     ap.add_argument("--never-ready", action="store_true", help="the child never becomes ready and exits 1")
+    ap.add_argument(
+        "--form", choices=("plain", "v1"), default="plain", help="v1: access lines behind (APIServer pid=N)"
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        return child(args.lines, args.long_mb, args.never_ready)
+        return child(args.lines, args.long_mb, args.never_ready, args.form)
     sys.path.insert(0, str(HERE))
     from run import doctor
 
     doctor()  # (its bytecode compiled, as a wheel install has it)
     if args.never_ready:
-        return never_ready(args.lines, args.repeat, args.check)
+        return never_ready(args.lines, args.repeat, args.check, args.form)
     with tempfile.TemporaryDirectory(prefix="vllm-doctor-bench-") as d:
         tmp = Path(d)
-        binary = fake_bin(tmp, args.lines)
+        binary = fake_bin(tmp, args.lines, form=args.form)
         alone, under, total, peaks = [], [], [], []
         for _ in range(args.repeat):  # interleaved, so that a busy machine slows both alike
             took, _, rc, _ = timed([str(binary), "serve", "m"], tmp)

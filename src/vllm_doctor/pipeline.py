@@ -20,20 +20,23 @@ from vllm_doctor.knowledge.diagnose import diagnose
 from vllm_doctor.knowledge.lifetimes import Lifetime, Lifetimes, crash_loop, ending, from_this_host
 from vllm_doctor.matching.engine import Engine
 from vllm_doctor.read import logread
+from vllm_doctor.read.budget import Budget
 
 if TYPE_CHECKING:
     from vllm_doctor.read.metrics import Scrape
 
 
-def explain(paths: list[str], rules: list[Rule] | None = None, options: Options | None = None) -> Report:
+def explain(paths: list[str], rules: list[Rule] | None = None, options: Options | None = None,
+            budget: Budget | None = None) -> Report:  # fmt: skip
     """Read the logs, split them into server lifetimes, and diagnose each alone. The report leads
     with the latest lifetime (or options.lifetime) and lists them all. Raises logread.ReadError
-    for unreadable input."""
+    for unreadable input. With a budget, a file too large to read in time is read at its start
+    and its end (a warning says which lines were not read)."""
     rules = rules if rules is not None else rulebook.load()
     engine = Engine(rules)
     stats = logread.ReadStats()
     router = Lifetimes()
-    engine.run(logread.read(paths, engine.prefilter, stats), Facts(), router)
+    engine.run(logread.read(paths, engine.prefilter, stats, budget), Facts(), router)
     warnings = list(stats.warnings)
     options = _with_gpu(options or Options())
     found = router.lives()

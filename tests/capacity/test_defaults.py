@@ -106,3 +106,37 @@ def test_releases_are_ordered_and_cover_0_4_to_0_34():
     found = atlas.releases()
     assert found == sorted(found, key=version_tuple)
     assert version_tuple(found[0]) <= (0, 4, 99) and version_tuple(found[-1]) >= (0, 34)
+
+
+def test_the_capacity_modules_import_no_circle():
+    """Issue 36: arithmetic -> kvcache -> shape -> weights -> arithmetic was a circle; the dtype
+    sizes and the checkpoint's tally are leaves (capacity/dtypes.py, tally.py). The module-level
+    imports of capacity/, those for types only (TYPE_CHECKING) too, form no cycle."""
+    import ast
+    from pathlib import Path
+
+    import vllm_doctor.capacity as pkg
+
+    root = Path(pkg.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in root.glob("*.py"):
+        deps = graph.setdefault(path.stem, set())
+        top = ast.parse(path.read_text()).body  # module level, and TYPE_CHECKING's `if`
+        for node in [*top, *(n for t in top if isinstance(t, ast.If) for n in t.body)]:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("vllm_doctor.capacity"):
+                rest = node.module.removeprefix("vllm_doctor.capacity").lstrip(".")
+                deps.update([rest] if rest else [a.name for a in node.names])
+    seen: dict[str, int] = {}
+
+    def visit(name: str, trail: list[str]) -> None:
+        assert seen.get(name) != 1, " -> ".join([*trail, name])
+        if seen.get(name) == 2:
+            return
+        seen[name] = 1
+        for dep in graph.get(name, ()):
+            visit(dep, [*trail, name])
+        seen[name] = 2
+
+    for name in graph:
+        visit(name, [])
+    assert "dtypes" in graph and not graph["dtypes"]

@@ -495,3 +495,21 @@ def test_stats_lines_are_copied_as_they_are():
     block = stats * 3 + token + stats
     assert slow(red, b"", block.encode()) == [3 * len(stats), 3 * len(stats) + len(token)]  # it, and the next
     assert red.text(block) == block.replace("abcdefgh1234", MASK)
+
+
+def test_request_log_lines_are_copied_as_they_are():
+    """A request log line's "prompt_token_ids" and "max_tokens" start no form (a name that goes on
+    past "token" ends at another quick word): a serving log's request lines go out a block at a
+    time (issue 37: 1 GiB of them took minutes), and `token_key=`, `token_secret:` still mask."""
+    from vllm_doctor.render.logcopy import slow
+
+    head = (
+        "(APIServer pid=1) INFO 12-03 10:00:00 [logger.py:43] Received request chatcmpl-1: prompt: 'hi', params:"
+        " SamplingParams(n=1, max_tokens=512), prompt_token_ids: None, lora_request: None.\n"
+    )
+    red = Redactor([])
+    assert slow(red, b"", (head * 50).encode()) == []
+    for line in ("auth token_key=abcdefgh1234\n", "the session_token: abcdefgh1234\n", "TOKEN-SECRET=abcdefgh1234\n"):
+        block = head * 2 + line + head
+        assert 2 * len(head) in slow(red, b"", block.encode()), line
+        assert red.text(block) == block.replace("abcdefgh1234", MASK), line

@@ -14,10 +14,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from vllm_doctor.capacity import kvcache
-from vllm_doctor.capacity.shape import DTYPE_BYTES, ModelShape
+from vllm_doctor.capacity.dtypes import dtype_bytes
 from vllm_doctor.errors import MAX_BYTES, MAX_INT, MAX_TP
+
+if TYPE_CHECKING:  # (shape's config reading is not the arithmetic's: no import circle through weights.py)
+    from vllm_doctor.capacity.shape import ModelShape
 
 GB = 10**9
 GIB = 2**30
@@ -96,12 +100,6 @@ def about(n: float) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Bytes
-
-
-def dtype_bytes(name: str | None) -> float | None:
-    if not name:
-        return None
-    return DTYPE_BYTES.get(str(name).lower().removeprefix("torch."))
 
 
 def serving_dtype(flag: str | None, checkpoint: str | None) -> str:

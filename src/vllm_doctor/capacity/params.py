@@ -1,5 +1,5 @@
 """The parameter count: the safetensors headers (local files, else the Hub's header metadata), else an
-estimate from the shape. The headers give every tensor's dtype and shape (weights.Tally), from
+estimate from the shape. The headers give every tensor's dtype and shape (tally.Tally), from
 which weights.loaded_bytes gives the bytes vLLM holds."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import json
 import struct
 from pathlib import Path
 
+from vllm_doctor.capacity.dtypes import DTYPE_BYTES
 from vllm_doctor.capacity.hub import NET_TIMEOUT_S, Resolved, reachable
-from vllm_doctor.capacity.shape import DTYPE_BYTES, ModelShape
-from vllm_doctor.capacity.weights import Tally
+from vllm_doctor.capacity.shape import ModelShape
+from vllm_doctor.capacity.tally import Tally
 from vllm_doctor.errors import MAX_WIDTH, DoctorError, in_range
 
 MAX_HEADER_BYTES = 100_000_000  # a header larger than this is no safetensors file we should parse

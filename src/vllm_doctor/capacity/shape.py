@@ -15,7 +15,7 @@ from vllm_doctor.errors import MAX_HEADS, MAX_INT, MAX_LAYERS, MAX_TOKENS, MAX_W
 from vllm_doctor.versions import version_tuple
 
 if TYPE_CHECKING:
-    from vllm_doctor.capacity.weights import Tally
+    from vllm_doctor.capacity.tally import Tally
 
 # config.json keys, in the order vLLM tries them (HF attribute_maps expose the aliases)
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")  # Whisper: its decoder
@@ -61,16 +61,6 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131072,
         "sliding_window": 4096, "sliding_window_pattern": 6, "tie_word_embeddings": True,
     },
-}  # fmt: skip
-
-# bytes per element of a dtype name as config.json, vLLM flags or safetensors write it
-DTYPE_BYTES: dict[str, float] = {
-    "float64": 8, "double": 8, "f64": 8, "i64": 8,
-    "float32": 4, "float": 4, "f32": 4, "i32": 4,
-    "float16": 2, "half": 2, "f16": 2, "bfloat16": 2, "bf16": 2, "i16": 2,
-    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "f8_e4m3": 1, "f8_e5m2": 1, "f8_e8m0": 1,
-    "int8": 1, "i8": 1, "u8": 1, "uint8": 1, "bool": 1,
-    "int4": 0.5, "f4": 0.5,
 }  # fmt: skip
 
 # --quantization methods (and quant_method values) -> bits per weight when the config does not say

@@ -67,6 +67,17 @@ _ReapWaitOpt = Annotated[
     ),
 ]
 
+_DiagnoseTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--diagnose-timeout",
+        parser=finite(1.0, 86400.0),
+        metavar="SECONDS",
+        help="Seconds for the exit diagnosis, the report and the termination message (a pod's grace period is "
+        "30 s): past them, the output's start and end are read, and the report says which lines were not.",
+    ),
+]
+
 
 def check(
     ctx: typer.Context,
@@ -118,6 +129,7 @@ def serve(
     log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Also keep the raw output here.")] = None,
     grace: _GraceOpt = 30.0,
     reap_wait: _ReapWaitOpt = 15.0,
+    diagnose_timeout: _DiagnoseTimeoutOpt = 20.0,
     watch_samples: Annotated[
         int,
         typer.Option(
@@ -159,6 +171,7 @@ def serve(
             log_file=log_file,
             grace=grace,
             reap_wait=reap_wait,
+            diagnose_timeout=diagnose_timeout,
             watch=not no_watch,
             watch_samples=watch_samples,
             redact=not no_redact,

@@ -23,13 +23,14 @@ import re
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import accumulate, chain
 from operator import add
 from typing import Any
 
 from vllm_doctor.read import lineparse
+from vllm_doctor.read.bulkform import compile_form, lead_form
 from vllm_doctor.read.prefilter import SMALL, find_each
 
 
@@ -42,8 +43,11 @@ class Family:
     finder: Any = None  # a hyperscan database of its anchors (_holds), made on first use; False: none
     spots: Any = None  # the same reporting every occurrence (_occurrences)
 
+    fast: dict[bytes, re.Pattern[bytes]] = field(default_factory=dict)  # a region's literal lead -> its form (_lead)
+    missed: int = 0  # regions to go before the literal lead is tried again (_split)
+
     @cached_property
-    def forms(self) -> tuple[re.Pattern[bytes], re.Pattern[bytes], re.Pattern[bytes]]:
+    def forms(self) -> tuple[re.Pattern[bytes], re.Pattern[bytes], re.Pattern[bytes], bytes, bytes]:
         return compile_form(self.text)
 
     @property
@@ -61,8 +65,8 @@ class Family:
         return self.forms[2]
 
     @cached_property
-    def columns(self) -> dict[str, int]:  # the rule's groups, each its column in a Found's groups
-        return {name: g - 2 for name, g in self.form.groupindex.items() if not name.startswith("_")}
+    def names(self) -> list[str]:  # the rule's groups, as a Found holds them
+        return [name for name in self.form.groupindex if not name.startswith("_")]
 
 
 def _holds(f: Family, data: bytes) -> bool:
@@ -126,29 +130,6 @@ def _occurrences(f: Family, region: bytes) -> list[int]:
 
 SAMPLE = 64 << 10  # bytes at a region's head that tell whether a read family's lines are most of it
 MAX_STRAYS = 256  # more lines of a family's anchors out of its form: the region is read line by line
-_META = set(".^$*+?{}[]|()\\")
-
-
-# What collectors put before a line (lineparse._PLAIN's, in bytes, one line): docker's or a CRI
-# file's stamp (`_t1`, `_t2`: a line with one has a time), a pod's or compose service's name
-# (`_ctr`: part of the run key).
-_STAMP = (
-    rb"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,12})?(?:Z|[+-]\d\d:?\d\d)?(?:[ \t]+(?:stdout|stderr)[ \t]+[FP])?"
-)
-LEAD = (
-    rb"(?P<_t1>" + _STAMP + rb"[ \t]+)?(?P<_ctr>\[pod/[\w.\-/]{1,200}\] |[A-Za-z][\w.\-]{0,100}[ \t]+\| )?"
-    rb"(?P<_t2>" + _STAMP + rb"[ \t]+)?"
-)
-
-
-def compile_form(text: str) -> tuple[re.Pattern[bytes], re.Pattern[bytes], re.Pattern[bytes]]:
-    """A rule's bulk form as a whole line behind LEAD: (for re.split, _split: the newline before
-    the line, the line as its first group, then the groups; the same from a line's start, for a
-    match at one; without any group). A pattern that opens with the newline is tried only at a
-    line's start (`re` finds its first byte by a fast search; a multiline ^ is tried at every byte)."""
-    body = rb"(?:" + LEAD + text.encode("utf-8") + rb")(?m:$)"
-    plain = re.sub(rb"\(\?P<\w+>", b"(?:", body)
-    return re.compile(rb"\n(" + body + b")"), re.compile(b"(" + body + b")"), re.compile(plain)
 
 
 @dataclass
@@ -157,17 +138,22 @@ class Found:
 
     starts: list[int]  # where each line starts in the buffer
     lines: list[bytes]
-    groups: Sequence[Sequence[Any]]  # per group of the form, its value (bytes) in each line, None where it took no part
+    groups: dict[
+        str, Sequence[Any]
+    ]  # per group of the rule, its value (bytes) in each line, None where it took no part
     rest: bytes  # the region without them (their newlines stay): what may still hold the family's anchors
     keys: list[tuple]  # each line's run key: (container, process) where the line names them, else None
     timed: bool  # a line has a collector's stamp: a time
+    bare: bool = False  # rest holds none of the family's anchors (known already: _split)
 
     @classmethod
     def of(cls, f: Family, starts: list[int], lines: list[bytes], groups: Sequence[Sequence[Any]], rest: bytes):
+        """From the columns of the form's groups (its line aside)."""
         at, n = f.form.groupindex, len(lines)
         ctr, process = groups[at["_ctr"] - 2], groups[at["_key"] - 2] if "_key" in at else [None] * n
         timed = groups[at["_t1"] - 2].count(None) < n or groups[at["_t2"] - 2].count(None) < n
-        return cls(starts, lines, groups, rest, list(zip(ctr, process, strict=True)), timed)
+        named = {name: groups[at[name] - 2] for name in f.names}
+        return cls(starts, lines, named, rest, list(zip(ctr, process, strict=True)), timed)
 
     def end(self, j: int) -> int:
         return self.starts[j] + len(self.lines[j])
@@ -196,7 +182,7 @@ def covered(buf: bytearray, lo: int, cut: int, families: list[Family]) -> Presen
         if found is None:
             return None
         present.found[f.key] = found
-        if f.counted and sum(g.counted for g in present) == 1 and not _holds(f, found.rest):
+        if f.counted and sum(g.counted for g in present) == 1 and (found.bare or not _holds(f, found.rest)):
             alone.add(f.key)  # none out of its lines: one split and one scan, no counting
             continue
         lines = b"\n".join(found.lines)  # (no anchor holds a newline)
@@ -219,7 +205,23 @@ def _split(region: bytes, lo: int, f: Family) -> Found:
     """A family's lines in the region (buf[lo:...]) by one re.split of its form, which gives the
     text before a line, the line, its groups' values, in turn (no match object, no Python step a
     line); where each line starts, from the lengths of the texts and lines before it (and the
-    newline before each, which the form takes)."""
+    newline before each, which the form takes). Where the region's lines share one literal lead
+    (most serving logs: one API server, its lines alike), by that lead first (_lead)."""
+    fast = lead_form(region, f.forms, f.line, f.anchors, f.fast) if f.missed <= 0 else None
+    f.missed -= 1
+    if fast is not None:
+        pattern, key = fast
+        parts = pattern.split(region)
+        step = 1 + pattern.groups
+        texts, lines = parts[0::step], parts[1::step]
+        rest = b"".join(texts)
+        if not _holds(f, rest):  # each line of the family's anchors: the lines of this lead
+            before = map(add, map(len, texts), chain((0,), map(len, lines)))
+            starts = list(accumulate(before, initial=lo))[1:-1]  # (the last text ends the region)
+            at = pattern.groupindex
+            named: dict[str, Sequence[Any]] = {name: parts[at[name] :: step] for name in f.names}
+            return Found(starts, lines, named, rest, [key] * len(lines), False, True)
+        f.missed = MISSED  # lines of other leads here: the form's whole split, a while
     parts = f.form.split(b"\n" + region)
     step = 1 + f.form.groups
     texts, lines = parts[0::step], parts[1::step]
@@ -229,6 +231,7 @@ def _split(region: bytes, lo: int, f: Family) -> Found:
 
 
 _NEWLINE_AFTER = (1).__add__  # a line's length and the newline after it
+MISSED = 16  # regions the whole split goes on for once a literal lead missed lines
 
 
 def _read_lines(buf: bytearray, lo: int, cut: int, region: bytes, f: Family) -> Found | None:
@@ -395,36 +398,34 @@ class Columns:
     """A batch of one read family's lines, in order, as columns: the line numbers, each line's
     bytes, its run key, and per group of the rule its values (bytes, None where it took no part)."""
 
-    __slots__ = ("nos", "lines", "keys", "groups", "_at")
+    __slots__ = ("nos", "lines", "keys", "groups")
 
-    def __init__(self, nos: list[int], lines: list[bytes], keys: list[tuple], groups: dict[str, list],
-                 at: dict[str, int]):  # fmt: skip
+    def __init__(self, nos: list[int], lines: list[bytes], keys: list[tuple], groups: dict[str, list]):
         self.nos = nos
         self.lines = lines
         self.keys = keys
         self.groups = groups  # (in the order of the form's groups, as groupdict() gives them)
-        self._at = at  # each group's column in a Found
 
     @classmethod
     def of(cls, f: Family, found: Found, i: int, k: int, nos: list[int]) -> Columns:
         """Lines i..k-1 of a family's found lines, numbered nos."""
-        groups = {name: list(found.groups[c][i:k]) for name, c in f.columns.items()}
-        return cls(nos, found.lines[i:k], found.keys[i:k], groups, f.columns)
+        groups = {name: list(values[i:k]) for name, values in found.groups.items()}
+        return cls(nos, found.lines[i:k], found.keys[i:k], groups)
 
     def add(self, found: Found, j: int, no: int) -> None:
         """One more line, found's line j."""
         self.nos.append(no)
         self.lines.append(found.lines[j])
         self.keys.append(found.keys[j])
-        for name, c in self._at.items():
-            self.groups[name].append(found.groups[c][j])
+        for name, values in found.groups.items():
+            self.groups[name].append(values[j])
 
     def text(self, j: int) -> str:
         return text(self.lines[j])
 
 
 def text(line: bytes) -> str:
-    """A family's line as the general path reads it (logread._clean): colour codes undone."""
+    """A family's line as the general path reads it (candidates.clean): colour codes undone."""
     s = line.decode("utf-8", "replace")
     return lineparse.strip_colour(s) if "\x1b" in s else s
 
@@ -466,6 +467,6 @@ def _counts(values: Sequence) -> dict:
 def _run(f: Family, c: Found, i: int, k: int, no: int, last_no: int) -> tuple:
     """The entry of a counted family's run, its lines i..k-1: its first line, its values' counts,
     its last line."""
-    [column] = f.columns.values()  # (a counted family's one group)
-    run = {v.decode(): n for v, n in _counts(c.groups[column][i:k]).items()}
+    [values] = c.groups.values()  # (a counted family's one group)
+    run = {v.decode(): n for v, n in _counts(values[i:k]).items()}
     return no, (f.key, text(c.lines[i]), run, (last_no, text(c.lines[k - 1]))), (), None

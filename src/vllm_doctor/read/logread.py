@@ -17,11 +17,13 @@ from functools import partial
 from typing import Any, BinaryIO
 
 from vllm_doctor.data import Line
-from vllm_doctor.read import bulk, lineparse
+from vllm_doctor.read import bulk, candidates, lineparse
+from vllm_doctor.read.budget import Budget
+from vllm_doctor.read.candidates import ContextLine
 from vllm_doctor.read.prefilter import Prefilter
 from vllm_doctor.read.source import Holes, ReadError, Source, open_input
 
-__all__ = ["ReadError", "ReadStats", "read", "holds_any", "ChunkLines", "Bulk"]
+__all__ = ["ReadError", "ReadStats", "Budget", "read", "holds_any", "ChunkLines", "Bulk"]
 
 BLOCK = 16 << 20  # bytes read at a time
 REGION = 1 << 20  # bytes of whole lines scanned and selected at a time (bounds the hits held at once)
@@ -54,12 +56,13 @@ class ReadStats:
     warnings: list[str] = field(default_factory=list)
 
 
-def read(paths: list[str], prefilter: Prefilter, stats: ReadStats) -> Iterator[Line | Bulk]:
-    """Candidate lines (and their context) of every input, in order."""
+def read(paths: list[str], prefilter: Prefilter, stats: ReadStats, budget: Budget | None = None
+         ) -> Iterator[Line | Bulk]:  # fmt: skip
+    """Candidate lines (and their context) of every input, in order (within `budget`, if any)."""
     for index, path in enumerate(paths):
         stream, owned = open_input(path)
         try:
-            yield from _read_one(stream, path, index, prefilter, stats)
+            yield from _read_one(stream, path, index, prefilter, stats, budget)
         finally:
             if owned:
                 stream.close()
@@ -73,7 +76,8 @@ def holds_any(paths: list[str], anchors: list[str]) -> bool:
     return bool(anchors) and any(isinstance(line, Bulk) or line.hit for line in read(paths, Prefilter(anchors), stats))
 
 
-def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: ReadStats) -> Iterator[Line | Bulk]:
+def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: ReadStats, budget: Budget | None = None
+              ) -> Iterator[Line | Bulk]:  # fmt: skip
     """One input, through one reused buffer: [0:have) holds the bytes not yet split into lines.
 
     Each fill is cut after its last newline; the whole lines before the cut are scanned, the
@@ -114,7 +118,12 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
             lo = buf.find(b"\n", 0, cut) + 1
             yield from _fragment(buf, lo - 1, base + 1, source, pf, long_head)
             base, emitted, long_head = base + 1, base + 1, None
+        skipped = None
         while lo < cut:  # in regions of about REGION bytes: what a region's hits hold is bounded
+            if budget is not None and n and budget.due(stats.bytes - (end - lo)):
+                skipped, budget = _jump(src, budget, buf, lo, cut, end, base, stats), None
+                if skipped is not None:
+                    break
             hi = buf.find(b"\n", min(lo + REGION, cut - 1), cut) + 1
             selected, need_after, count = _select(buf, lo, hi, base, pf, tail, need_after)
             for no, raw, anchors, hit in selected:
@@ -126,6 +135,9 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
             tail = _tail(buf, lo, hi, base + count)
             base += count
             lo = hi
+        if skipped is not None:  # read on from the file's tail
+            base, have, tail, need_after = base + skipped, 0, [], 0
+            continue
         have = end - cut
         if n == 0:
             break
@@ -138,6 +150,21 @@ def _read_one(stream: BinaryIO, name: str, source: int, pf: Prefilter, stats: Re
             view[:have] = view[cut:end]  # memoryview assignment is a memmove: overlap is safe
     stats.lines += base
     src.warn()
+
+
+def _jump(src: Source, budget: Budget, buf: bytearray, lo: int, cut: int, end: int, base: int, stats: ReadStats
+          ) -> int | None:  # fmt: skip
+    """Past the rest of this fill (buf[lo:end]) and the middle of the file to the tail the budget
+    can read: the lines skipped (counted, not read), said in a warning; None where it cannot."""
+    jumped = src.jump(budget.tail(stats.bytes - (end - lo)))
+    if jumped is None:
+        return None
+    at, goes_on, newlines = jumped
+    skipped = buf.count(b"\n", lo, cut) + newlines
+    head = at - (end - lo)
+    stats.warnings.append(budget.said(src.name, base + 1, base + skipped, head, goes_on - head, src.size() - goes_on))
+    stats.bytes += goes_on - at
+    return skipped
 
 
 class ChunkLines:
@@ -338,7 +365,7 @@ def _fragment(buf: bytearray, end: int, no: int, source: int, pf: Prefilter, hea
     head is the line's collector prefix when buf does not start the line (None when it does)."""
     start = 0 if head is None else -1
     pieces = _pieces(buf, _spans(buf, 0, end, pf), pf, start, _head(buf, 0, end) if head is None else head)
-    return [_hit(no, piece, source, ids) for piece, ids in pieces]
+    return [candidates.hit(no, piece, source, ids) for piece, ids in pieces]
 
 
 def _scan(data: bytes | bytearray, lo: int, hi: int, pf: Prefilter, general: bool = False
@@ -434,7 +461,7 @@ def _line(no: int, raw, source: int, anchors: tuple[int, ...], hit: bool, pf: Pr
     longer than MAX_LINE (raw is then what cuts it in place), or with CRs inside it, as the
     pieces _spans cuts around its anchors, each numbered as the line; a short one as it is."""
     if not hit:
-        yield _ContextLine(no, raw, source)
+        yield ContextLine(no, raw, source)
         return
     if callable(raw):
         pieces = raw()
@@ -443,58 +470,4 @@ def _line(no: int, raw, source: int, anchors: tuple[int, ...], hit: bool, pf: Pr
     else:
         pieces = [(raw, anchors)]
     for piece, ids in pieces:
-        yield _hit(no, piece, source, ids)
-
-
-def _hit(no: int, raw: bytes, source: int, anchors: tuple[int, ...]) -> Line:
-    text, message, process, level = _clean(raw)
-    return Line(no=no, text=message, raw=text, source=source, process=process, level=level, hit=True, anchors=anchors)
-
-
-def _clean(raw: bytes) -> tuple[str, str, str | None, str | None]:
-    """(line without colour codes, message, process, level)."""
-    text = lineparse.strip_colour(raw.decode("utf-8", "replace"))
-    message, process, level = lineparse.parse(text)
-    return text, message, process, level
-
-
-def _lazy_field(name: str) -> property:
-    slot = Line.__dict__[name]  # the slot descriptor of the dataclass field
-
-    def get(self):
-        if self._pending is not None:
-            self._parse()
-        return slot.__get__(self)
-
-    def set(self, value):
-        slot.__set__(self, value)
-
-    return property(get, set)
-
-
-class _ContextLine(Line):
-    """A line read only as context for a hit (to join wrapped messages): most are never looked
-    at, so it is decoded and parsed on first use. It reads like any other Line."""
-
-    __slots__ = ("_pending",)
-    text = _lazy_field("text")
-    raw = _lazy_field("raw")
-    process = _lazy_field("process")
-    level = _lazy_field("level")
-
-    def __init__(self, no: int, data: bytes, source: int):
-        self._pending = None
-        super().__init__(no=no, text="", raw="", source=source, hit=False)
-        self._pending = data
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Line):
-            return NotImplemented
-        return all(getattr(self, f) == getattr(other, f) for f in Line.__dataclass_fields__)
-
-    __hash__ = None  # type: ignore[assignment]  # as for Line: mutable, compared by value
-
-    def _parse(self) -> None:
-        data, self._pending = self._pending, None
-        assert data is not None  # only called while a parse is pending
-        self.raw, self.text, self.process, self.level = _clean(data)
+        yield candidates.hit(no, piece, source, ids)

@@ -193,6 +193,37 @@ class Source:
                     view[start:end] = buf[start:end].translate(_CR_TO_LF)
         return end - start
 
+    def jump(self, keep: int) -> tuple[int, int, int] | None:
+        """Past the middle of a regular file to about its last `keep` bytes, from a line's start
+        (logread.Budget: a diagnosis with a deadline): (where the bytes read so far end, where
+        reading goes on, the newlines between: counted, in C, so that lines keep their numbers).
+        None where it cannot (gzip, a pipe, CR line ends) or less than twice `keep` is left."""
+        if self.done or self.head or self.cr_only or isinstance(self.stream, gzip.GzipFile):
+            return None
+        try:
+            pos = self.stream.tell()
+            start = self.size() - keep
+            if start - pos < keep:
+                return None
+            newlines, at = 0, pos
+            while at < start:
+                piece = self.stream.read(min(self.PIECE * 16, start - at))
+                if not piece:
+                    break
+                newlines += piece.count(b"\n")
+                at += len(piece)
+            nl = self.stream.read(1 << 16).find(b"\n")  # the end of the line the tail starts inside of
+            if at < start or nl < 0:
+                self.stream.seek(pos)  # (the file shrank, or a line of 64 KiB: read on from where it was)
+                return None
+            self.stream.seek(start + nl + 1)
+            return pos, start + nl + 1, newlines + 1
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return None
+
+    def size(self) -> int:
+        return os.fstat(self.stream.fileno()).st_size
+
     def _check(self, buf: bytearray, start: int, end: int) -> None:
         self.checked = True
         # a log has a hole or a few; an archive or a disk image has NUL padding everywhere

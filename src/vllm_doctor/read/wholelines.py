@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import stat
 
-from vllm_doctor.read.logread import _clean
+from vllm_doctor.read.candidates import clean
 from vllm_doctor.read.source import Source, open_input
 
 BLOCK = 1 << 20
@@ -48,4 +48,4 @@ def whole(path: str, wanted: set[int]) -> dict[int, str]:
     finally:
         if owned:
             stream.close()
-    return {k: _clean(bytes(v))[0].strip() for k, v in out.items()}
+    return {k: clean(bytes(v))[0].strip() for k, v in out.items()}

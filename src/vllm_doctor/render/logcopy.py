@@ -139,9 +139,12 @@ def _quick_at(block: bytes) -> Iterator[int]:
     tries each word at each byte), or, without google-re2, `re` over the lower-cased block."""
     global _QUICK_RX
     if _QUICK_RX is None:
-        # "token" then "s" ("tokens/s" in every stats line, max_num_batched_tokens) starts no
-        # form: each form's name ends at "token", then a quote, "=", ":" or a space
-        words = b"|".join(re.escape(w) + (b"[^s]" if w == b"token" else b"") for w in _QUICK_BYTES)
+        # "token" then "s" ("tokens/s" in every stats line, max_num_batched_tokens) or a name's
+        # next part ("prompt_token_ids" in every request log line) starts no form: each form's
+        # name ends at "token", then a quote, "=", ":" or a space (a name that goes on ends at
+        # another quick word: token_key, token_secret)
+        token = rb"(?:[^s_\-]|[_\-][^A-Za-z0-9])"
+        words = b"|".join(re.escape(w) + (token if w == b"token" else b"") for w in _QUICK_BYTES)
         try:
             import re2
 

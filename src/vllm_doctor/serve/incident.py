@@ -29,8 +29,14 @@ def say(opts: ServeOptions, line: str) -> None:
 
 
 def finish(w: Run) -> None:
+    """The diagnosis and the report within --diagnose-timeout: the capture read within 70 % of it
+    (its start and end where it is too large: logread.Budget), server.log copied within 90 %."""
+    from vllm_doctor.read.budget import Budget
+
     opts, o = w.opts, w.outcome
     report, diag_error, begun = None, None, None
+    budget = Budget.within(opts.diagnose_timeout)
+    copy_by = budget.began + 0.9 * opts.diagnose_timeout
     try:
         from vllm_doctor.knowledge.checks import Options
         from vllm_doctor.knowledge.rulebook import LOG_KINDS, builtin
@@ -46,9 +52,10 @@ def finish(w: Run) -> None:
             w.discard_capture()  # no report to write: the explain of the capture could only say healthy
             return
         if not clean and w.capture_path is not None:  # a report whatever the diagnosis says
-            begun = _begin(w)
-        report = explain([str(w.capture_path)], rules, options)
+            begun = _begin(w, copy_by)
+        report = explain([str(w.capture_path)], rules, options, budget)
         report.paths = ["server.log"]
+        report.warnings = [x.replace(str(w.capture_path), "server.log") for x in report.warnings]
     except Exception as e:
         diag_error = f"{type(e).__name__}: {e}"
         o.internal_errors.append(f"diagnosis: {diag_error}")
@@ -75,7 +82,7 @@ def finish(w: Run) -> None:
         return
     if w.capture_path is None:
         return
-    o.report_dir, missing = write_report(w, report, diag_error, begun)
+    o.report_dir, missing = write_report(w, report, diag_error, begun or copy_by)
     if o.report_dir is None:
         return
     if "server.log" not in missing:  # the capture is deleted only once server.log holds it all
@@ -84,6 +91,8 @@ def finish(w: Run) -> None:
         from vllm_doctor.render.summary import headline
 
         what = headline(report)
+        if any("serve --diagnose-timeout" in x for x in report.warnings):
+            what += f" (read within --diagnose-timeout {opts.diagnose_timeout:g} s: the middle of the output was not)"
     elif report is not None:
         what = f"{o.bad_reasons[0] if o.bad_reasons else 'clean exit'}; no cause found in the output"
     else:
@@ -132,7 +141,7 @@ class ReportFiles:
 Begun = tuple  # (directory, its ReportFiles, the Redactor or None, what the copy ended with)
 
 
-def _begin(w: Run) -> Begun | None:
+def _begin(w: Run, by: float) -> Begun | None:
     """The report directory, and server.log written into it by a forked process while this one
     diagnoses: the redacted copy and the explain of a large capture each take a core, not one
     after the other. For a report that is certain before the diagnosis (a bad exit status, a
@@ -143,7 +152,7 @@ def _begin(w: Run) -> Begun | None:
     except OSError:
         return None  # write_report tries again, and says why it cannot
     red = _redactor(w)
-    return d, files, red, _copy_aside(w, files, red)
+    return d, files, red, _copy_aside(w, files, red, by)
 
 
 def _redactor(w: Run):
@@ -165,9 +174,10 @@ def _copy_log(w: Run, files: ReportFiles, red) -> str | None:
     return None
 
 
-def _copy_aside(w: Run, files: ReportFiles, red) -> Callable[[], str | None]:
-    """_copy_log in a forked process; returns what waits for it and gives its result (here at
-    once where no process can be forked)."""
+def _copy_aside(w: Run, files: ReportFiles, red, by: float) -> Callable[[], str | None]:
+    """_copy_log in a forked process; returns what waits for it until `by` (time.monotonic(): a
+    copy not done then is ended, and said to be) and gives its result (here at once where no
+    process can be forked)."""
     try:
         r, wr = os.pipe()
     except OSError:
@@ -193,8 +203,20 @@ def _copy_aside(w: Run, files: ReportFiles, red) -> Callable[[], str | None]:
             os._exit(0)
 
     def result() -> str | None:
-        with os.fdopen(r, "rb") as f:
-            error = f.read().decode("utf-8", "replace")
+        import select
+        import time
+
+        said = b""
+        with os.fdopen(r, "rb", buffering=0) as f:
+            while (left := by - time.monotonic()) > 0 and select.select([f], [], [], left)[0]:
+                if not (more := f.read(4096)):
+                    break
+                said += more
+            else:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return f"not copied within --diagnose-timeout {w.opts.diagnose_timeout:g} s"
+        error = said.decode("utf-8", "replace")
         status = os.waitpid(pid, 0)[1]
         code = os.waitstatus_to_exitcode(status)
         return error or (f"the copying process ended with {code}" if code else None)
@@ -203,13 +225,14 @@ def _copy_aside(w: Run, files: ReportFiles, red) -> Callable[[], str | None]:
     return result
 
 
-def write_report(w: Run, report, diag_error: str | None, begun: Begun | None = None) -> tuple[Path | None, list[str]]:
-    """server.log first (the one thing that must exist; begun: being written already), then
-    env.txt, report.json, report.md. Returns the directory and the files that could not be written."""
+def write_report(w: Run, report, diag_error: str | None, begun: Begun | float) -> tuple[Path | None, list[str]]:
+    """server.log first (the one thing that must exist; begun: being written already, else the
+    time it is copied by), then env.txt, report.json, report.md. Returns the directory and the
+    files that could not be written."""
     from vllm_doctor.render.visible import visible
 
     opts, o = w.opts, w.outcome
-    if begun is not None:
+    if isinstance(begun, tuple):
         d, files, red, copied = begun
         error = copied()
     else:
@@ -221,7 +244,7 @@ def write_report(w: Run, report, diag_error: str | None, begun: Begun | None = N
                 f"{w.capture_path}")  # fmt: skip
             return None, []
         red = _redactor(w)
-        error = _copy_log(w, files, red)
+        error = _copy_aside(w, files, red, begun)()
     missing = []
     if error is not None:
         missing.append("server.log")

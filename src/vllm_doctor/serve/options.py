@@ -23,6 +23,7 @@ class ServeOptions:
     log_file: Path | None = None  # keep the raw capture here (default: a temporary file)
     grace: float = 30.0  # seconds after the first forwarded signal before SIGKILL
     reap_wait: float = 15.0  # seconds vLLM's other processes get to exit after the main one
+    diagnose_timeout: float = 20.0  # seconds for the exit diagnosis and report: inside a pod's 30 s grace period
     watch: bool = True
     watch_samples: int = 3  # consecutive stats samples waiting with a near-full KV cache
     redact: bool = True
