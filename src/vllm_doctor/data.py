@@ -193,6 +193,7 @@ class Report:
     corrected: Corrected | None = None  # the serve line with the top fix applied; None: the log has no command
     series: list[dict[str, Any]] = field(default_factory=list)  # stats samples to draw (facts.py: keep_point)
     settings: list[dict[str, Any]] = field(default_factory=list)  # settings and --rules in force (cli/sources.py)
+    areas: list[dict[str, Any]] = field(default_factory=list)  # check: each area's checks and how they went (text only)
 
 
 @dataclass

@@ -38,8 +38,10 @@ FACTS: dict[str, type] = {
     "engine": str,  # "V0" or "V1"
     "model": str,
     "device": str,
+    "port": int,  # --port: the API server's port (an argument dump, the command line)
     "max_model_len": int,
     "pooling_task": str,  # the pooling task served (embed, classify, score, reward): requests end within a step
+    "pooling_route": str,  # a pooling API route its clients call (/v1/embeddings, /pooling, /score, /rerank, /classify)
     "speculative.draft_architecture": str,  # a draft/MTP model's "Resolved architecture" (its lines are not the model's)
     "tensor_parallel_size": int,
     "pipeline_parallel_size": int,
@@ -226,15 +228,18 @@ class StatsSeries:
     deferred_max: int | None = None
     preemptions: int | None = None
     waiting_samples: int = 0  # samples with requests waiting
+    waiting_run: int = 0  # current run of consecutive waiting samples
+    waiting_run_max: int = 0  # ... the longest: how long a backlog lasted
     waiting_full: int = 0  # ... while the KV cache was near full
     waiting_kv_max_pct: float | None = None  # highest KV usage seen while requests waited
     waiting_running_min: int | None = None
     waiting_running_max: int | None = None
-    waiting_idle: int = 0  # ... while nothing ran or nothing was generated (a stall)
+    waiting_idle: int = 0  # ... while nothing ran or was generated, and no prompt was processed (a stall)
     full_run: int = 0  # current run of consecutive waiting+full samples
     full_run_max: int = 0
     idle_run: int = 0  # current run of consecutive waiting+idle samples (a stall, if it lasts)
     prompt_samples: int = 0  # samples whose interval processed prompts (prompt throughput above 0)
+    gen_samples: int = 0  # samples whose interval generated tokens (none in a pooling server's)
     prefix_traffic_samples: int = 0  # samples with a prefix hit rate while prompts were processed
     prefix_hit_last_pct: float | None = None  # ... the latest of them (V1's rate is over recent requests)
     evidence: list[tuple[int, int, str]] = field(default_factory=list)  # (line, source, text)
@@ -265,6 +270,7 @@ class StatsSeries:
         if sample.get("preemptions") is not None:
             self.preemptions = (self.preemptions or 0) + sample["preemptions"]
         self.prompt_samples += bool(sample.get("prompt_tps"))
+        self.gen_samples += bool(sample.get("gen_tps"))
         if sample.get("prefix_hit_pct") is not None and sample.get("prompt_tps") != 0.0:  # no traffic, no rate
             self.prefix_traffic_samples += 1
             self.prefix_hit_last_pct = sample["prefix_hit_pct"]
@@ -273,7 +279,9 @@ class StatsSeries:
             self.waiting_kv_max_pct = _max(self.waiting_kv_max_pct, kv)
             self.waiting_running_min = _min(self.waiting_running_min, running)
             self.waiting_running_max = _max(self.waiting_running_max, running)
-            idle = running == 0 or (sample.get("gen_tps") == 0.0 and sample.get("prompt_tps") in (0.0, None))
+            self.waiting_run += 1
+            self.waiting_run_max = max(self.waiting_run_max, self.waiting_run)
+            idle = sample.get("prompt_tps") in (0.0, None) and (running == 0 or sample.get("gen_tps") == 0.0)
             self.waiting_idle += idle
             self.idle_run = self.idle_run + 1 if idle else 0
             full = kv is not None and kv >= KV_NEAR_FULL_PCT
@@ -283,11 +291,10 @@ class StatsSeries:
             if len(self.evidence) < 40:
                 self.evidence.append((line, source, text))
         else:
-            self.full_run = self.idle_run = 0
+            self.full_run = self.idle_run = self.waiting_run = 0
             if sample.get("preemptions") and len(self.evidence) < 40:
                 self.evidence.append((line, source, text))
-        if self.first_line is None:
-            self.first_line = line
+        self.first_line = line if self.first_line is None else self.first_line
 
     def add_many(self, cols: dict[str, list], lines: list[int], source: int, text: Callable[[int], str]) -> None:
         """Samples as columns (field -> values, None where one lacks it), in order: add() on each, by
@@ -311,6 +318,7 @@ class StatsSeries:
         if preempt.count(None) < n:
             self.preemptions = (self.preemptions or 0) + sum(filter(None, preempt))
         self.prompt_samples += sum(map(bool, prompt))
+        self.gen_samples += sum(map(bool, gen))
         rates = [p for p, t in zip(cols.get("prefix_hit_pct", none), prompt, strict=True) if p is not None and t != 0.0]
         self.prefix_traffic_samples += len(rates)
         self.prefix_hit_last_pct = rates[-1] if rates else self.prefix_hit_last_pct
@@ -320,12 +328,14 @@ class StatsSeries:
         self.waiting_kv_max_pct = _max(self.waiting_kv_max_pct, _top(max, w_kv))
         self.waiting_running_min = _min(self.waiting_running_min, _top(min, w_running))
         self.waiting_running_max = _max(self.waiting_running_max, _top(max, w_running))
-        idle = [j for j in wait if running[j] == 0 or (gen[j] == 0.0 and prompt[j] in (0.0, None))]
+        idle = [j for j in wait if prompt[j] in (0.0, None) and (running[j] == 0 or gen[j] == 0.0)]
         full = [j for j, k in zip(wait, w_kv, strict=True) if k is not None and k >= KV_NEAR_FULL_PCT]
         self.waiting_idle, self.waiting_full = self.waiting_idle + len(idle), self.waiting_full + len(full)
         self.idle_run = _runs(idle, n, self.idle_run)[0]
         self.full_run, longest = _runs(full, n, self.full_run)
         self.full_run_max = max(self.full_run_max, longest)
+        self.waiting_run, longest = _runs(wait, n, self.waiting_run)
+        self.waiting_run_max = max(self.waiting_run_max, longest)
         told = wait if not any(preempt) else [j for j in range(n) if waiting[j] or preempt[j]]
         self.evidence.extend((lines[j], source, text(j)) for j in told[: max(0, 40 - len(self.evidence))])
 
@@ -362,14 +372,9 @@ class StatsSeries:
             self.prefix_hit_last_pct = pct
 
     def summary(self) -> dict[str, Any]:
-        return {
-            "samples": self.samples,
-            "running_max": self.running_max,
-            "waiting_max": self.waiting_max,
-            "kv_usage_max_pct": self.kv_usage_max_pct,
-            "preemptions": self.preemptions,
-            "series": [dict(p) for p in self.points],  # the samples the pictures draw, as vLLM printed them
-        }
+        kept = ("samples", "running_max", "waiting_max", "kv_usage_max_pct", "preemptions")
+        # and the samples the pictures draw, as vLLM printed them
+        return {**{k: getattr(self, k) for k in kept}, "series": [dict(p) for p in self.points]}
 
 
 # the names with a dynamic part that Facts.flat() gives: a prefix and the declared names after it
@@ -389,9 +394,7 @@ def fact_names() -> frozenset[str]:
 
 
 def _max(a, b):
-    if b is None:
-        return a
-    return b if a is None or b > a else a
+    return a if b is None else b if a is None or b > a else a
 
 
 def _top(pick, values: list):
@@ -410,9 +413,7 @@ def _runs(marked: list[int], n: int, before: int) -> tuple[int, int]:
 
 
 def _min(a, b):
-    if b is None:
-        return a
-    return b if a is None or b < a else a
+    return a if b is None else b if a is None or b < a else a
 
 
 DRAFT = "speculative.draft_architecture"

@@ -121,6 +121,7 @@ _ARG_FACTS = {
     "trust_remote_code": "trust_remote_code",
     "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
     "device_config": "device",
+    "port": "port",
     "tp": "tensor_parallel_size",  # -tp / -pp / -dp short flags of `vllm serve`
     "pp": "pipeline_parallel_size",
     "dp": "data_parallel_size",

@@ -224,3 +224,17 @@ def test_kv_fit_below_the_length_states_it_and_trusts_it():
     r = run("kv_fit", {"needed_gib": 53.94, "available_gib": 52.87, "max_model_len": 1010000, "engine": "V1"})
     assert r.values["fit_max_model_len"] == 1010000 * 52.87 / 53.94 // 16 * 16 and r.confidence is None
     assert "fit_disagreement" not in r.values and r.values["missing_gib"] == 1.07
+
+
+def test_log_names_tells_a_repo_from_a_directory_and_a_release_from_a_build():
+    def names(model=None, version=None):
+        return run("log_names", {"model": model, "vllm_version": version}).values
+
+    assert names("meta-llama/Llama-3.1-8B-Instruct") == {"model_repo": "meta-llama/Llama-3.1-8B-Instruct"}
+    assert names("/models/qwen2-7b/") == {"model_dir": "/models/qwen2-7b"}
+    assert names("./llama") == {"model_dir": "./llama"}
+    assert names("org/model.gguf") == {}  # a file, not a repo: nothing to download by that name
+    assert names("a/b/c") == names("gpt2") == names() == {}  # neither said plainly: left to the fallback
+    assert names(version="0.6.3.post1") == {"vllm_release": "0.6.3.post1"}
+    assert names(version="0.8.0rc1") == {"vllm_release": "0.8.0rc1"}
+    assert names(version="0.7.1.dev12+g1234abc") == names(version="0.9.2+cpu") == {}

@@ -97,6 +97,8 @@ def test_every_flag_fix_of_the_built_in_rules_says_what_it_does(rules):
         ("--gpu-memory-utilization", "raise", "0.9", {"gpu_memory_utilization": 0.5, "kv_cache_memory_bytes": 1 << 30},
          "set explicitly"),
         ("--gpu-memory-utilization", "lower", "0.4", {"cpu_kvcache_space": 4}, "set explicitly"),
+        ("--gpu-memory-utilization", "lower", "0.4", {"gpu_memory_utilization": 0.9, "device": "cpu"}, "CPU backend"),
+        ("--gpu-memory-utilization", "set", "1.2", {"gpu_memory_utilization": 1.5, "device": "cpu"}, "past 0.95"),
         ("--tensor-parallel-size", "set", "2", {"tp": 2}, "already"),
         ("--tensor-parallel-size", "raise", "3", {"tp": 2, "num_attention_heads": 32, "num_kv_heads": 8}, "divide"),
         ("--tensor-parallel-size", "raise", "16", {"tp": 8, "num_attention_heads": 32, "num_kv_heads": 12}, "divide"),
@@ -117,6 +119,8 @@ def test_refused(flag, direction, value, values, why):
         ("--gpu-memory-utilization", "raise", "0.9", {"gpu_memory_utilization": 0.8}),
         ("--tensor-parallel-size", "raise", "4", {"tp": 2, "num_attention_heads": 32, "num_kv_heads": 2}),  # KV heads replicated
         ("--kv-cache-dtype", "set", "fp8", {"kv_cache_dtype": "auto"}),
+        # vLLM refuses a utilization outside (0, 1] on the CPU backend too: a fraction is its fix
+        ("--gpu-memory-utilization", "set", "0.9", {"gpu_memory_utilization": 1.5, "device": "cpu"}),
         (None, None, None, {}),
     ],
 )  # fmt: skip

@@ -204,3 +204,21 @@ def test_the_tp_fix_is_the_command_asked_again_at_that_tp():
     assert two.severity == "blocker" and four.severity != "blocker", (two.rule, four.rule)
     (one_gpu,) = fit.fit(ctx("llama-3.1-8b", *argv, gpus=1))  # no TP above the GPUs there are
     assert not [f for f in one_gpu.fixes if f.flag == "--tensor-parallel-size"]
+
+
+def test_a_refusal_before_the_cache_is_never_a_fit(tmp_path):
+    """Issue 38: 6 attention heads over 4 KV heads cannot be grouped at any TP; check said "would
+    start" with a cache of "0 GiB ... 0 blocks" (the capacity model's early refusal read as a fit).
+    Now tp_shape names it a blocker and the fit cannot run."""
+    import json
+
+    config = json.loads((FIXTURES / "configs" / "llama-3-8b" / "config.json").read_text())
+    config.update(num_attention_heads=6, num_key_value_heads=4, hidden_size=384, head_dim=64)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    c = Context(parse([str(tmp_path), "--max-model-len", "2048"], env={"VLLM_CPU_KVCACHE_SPACE": "1"}), offline=True,
+                no_gpu=True, backend="cpu")  # fmt: skip
+    (found,) = parallel.tp_shape(c)
+    assert (found.severity, found.rule) == ("blocker", "check-heads-not-multiple-of-kv-heads")
+    assert found.summary.startswith("6 attention heads are not a multiple of 4 KV heads")
+    with pytest.raises(CannotRun, match="refused before the cache is sized"):
+        fit.fit(c)

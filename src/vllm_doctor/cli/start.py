@@ -22,14 +22,17 @@ from vllm_doctor.cli.options import (
     OfflineOpt,
     OutputOpt,
     Preflight,
+    QuietOpt,
     RulesDirs,
     StrictRules,
     TargetConcurrency,
+    VerboseOpt,
     exit_code,
     fail,
     finite,
     load_rules,
     target,
+    verbosity,
 )
 from vllm_doctor.cli.sources import line, stamp
 from vllm_doctor.errors import MAX_GPUS, MAX_HEADS, MAX_LAYERS, MAX_TOKENS, MAX_TP, MAX_WIDTH
@@ -89,11 +92,21 @@ def check(
     fail_on: FailOnOpt = FailOn.blocker,
     offline: OfflineOpt = False,
     no_gpu: Annotated[bool, typer.Option("--no-gpu", help="Skip the NVML snapshot (the GPU checks say so).")] = False,
+    vllm_bin: Annotated[
+        Optional[str],
+        typer.Option("--vllm-bin", help="The vllm executable whose Python answers (default: vllm on PATH)."),
+    ] = None,
+    no_ask_vllm: Annotated[
+        bool, typer.Option("--no-ask-vllm", help="Do not ask the installed vLLM's own parser and config check.")
+    ] = False,
     no_redact: NoRedactOpt = False,
     color: ColorOpt = Color.auto,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Find what `vllm serve` would fail on, before it starts (fit, TP, the GPUs now, the host, the model; the
-    environment too). Exit status: 0 no blocker, 1 a blocker, 2 usage error, 4 unknown (fit or model not checked)."""
+    """Find what `vllm serve` would fail on, before it starts (vLLM's own parser and config check where vLLM is
+    installed; fit, TP, the GPUs now, the host, the model; the environment too). Exit status: 0 no blocker,
+    1 a blocker, 2 usage error, 4 unknown (fit or model not checked)."""
     if list_checks:
         from vllm_doctor.preflight.checks import listing
 
@@ -103,11 +116,11 @@ def check(
     from vllm_doctor.preflight.run import preflight
 
     fmt, path = target(ctx, format, output, color)
-    args = list(vllm_args or [])
-    if not args or args == ["--"]:
-        fail("give the model after --: vllm-doctor check [OPTIONS] -- MODEL [vllm serve args]")
-    report = preflight(parse(args), only=list(only), offline=offline, no_gpu=no_gpu)
-    emit(stamp(report, ctx, []), fmt, path, redact=not no_redact)
+    level = verbosity(quiet, verbose)
+    args = _vllm_args(ctx, list(vllm_args or []))
+    asked = not no_ask_vllm and (not only or "vllm_config" in only)
+    report = preflight(parse(args), only=list(only), offline=offline, no_gpu=no_gpu, ask_vllm=asked, vllm_bin=vllm_bin)
+    emit(stamp(report, ctx, []), fmt, path, redact=not no_redact, verbosity=level)
     raise typer.Exit(exit_code(report, fail_on))
 
 
@@ -183,15 +196,17 @@ def serve(
 
 
 def _vllm_args(ctx: typer.Context, args: list[str]) -> list[str]:
-    """serve's MODEL and vLLM arguments. An option before `--` that serve does not know is refused
-    (click leaves it, and the `--`, among the arguments): a typo of our own option must not reach
-    vLLM. Without a `--`, an option before the model is vLLM's, unless it is a near miss of ours."""
+    """serve's and check's MODEL and vLLM arguments. An option before `--` that the command does not
+    know is refused (click leaves it, and the `--`, among the arguments): a typo of our own option
+    must not reach vLLM. Without a `--`, an option before the model is vLLM's, unless it is a near
+    miss of ours."""
     import difflib
 
+    command = ctx.info_name or "serve"
     if args and args[0] == "--":
         args = args[1:]
     if not args:
-        fail("give the model after --: vllm-doctor serve [OPTIONS] -- MODEL [vllm serve args]")
+        fail(f"give the model after --: vllm-doctor {command} [OPTIONS] -- MODEL [vllm serve args]")
     ours = [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts)]
     given = ctx.meta.get("argv") or []
     dashes = "--" in given
@@ -203,7 +218,7 @@ def _vllm_args(ctx: typer.Context, args: list[str]) -> list[str]:
         close = difflib.get_close_matches(name, [o for o in ours if o.startswith("--")], n=1, cutoff=0.75)
         if close or dashes:
             hint = f"; did you mean {close[0]}?" if close else "; vLLM's arguments go after --"
-            fail(f"serve: no such option {word}{hint}")
+            fail(f"{command}: no such option {word}{hint}")
     return args
 
 

@@ -31,7 +31,7 @@ from vllm_doctor.knowledge.runtime import (
 )
 from vllm_doctor.knowledge.sizing import WEIGHTS_READS, gpu_sharing, tp_unneeded, weights_per_gpu
 from vllm_doctor.knowledge.startask import start_model
-from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target
+from vllm_doctor.knowledge.tracebacks import failure_site, fatal_context, hub_target, log_names
 from vllm_doctor.knowledge.traffic import prompt_budget, queue_kind, request_limit
 
 if TYPE_CHECKING:  # the model module loads only when a model is involved
@@ -475,5 +475,6 @@ CHECKS: dict[str, Check] = {
         tp_unneeded,
         gpu_sharing,
         start_model,
+        log_names,
     )
 }

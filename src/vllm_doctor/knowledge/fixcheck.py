@@ -6,7 +6,8 @@ a "lower" that is not below the current value, a "raise" not above it, a value e
 current one, a --gpu-memory-utilization past arithmetic.SAFE_UTILIZATION (0.95) or beside an
 explicit KV space, a TP size that is the current one or does not divide the heads, a
 --max-model-len cut for a queue (the paged cache reserves nothing per maximum length) or below
---target-len: each is refused, with the reason, and the engine tries the fix's next variant or
+--target-len: each is refused (a utilization outside (0, 1] that vLLM refuses itself is set to a
+fraction on every backend), with the reason, and the engine tries the fix's next variant or
 drops it.
 """
 
@@ -94,7 +95,10 @@ def refuse(
             return f"{value} is not above {whose} default {flag} {default:g}"
         if default is not None and flag == UTIL_FLAG and new is None and default >= SAFE_UTILIZATION:
             return f"{whose} default {flag} is {default:g} already (the extensible KV cache takes all it measures)"
-    if flag == UTIL_FLAG:  # an explicit KV space says it first, then the backend
+    if flag == UTIL_FLAG:
+        if old is not None and not 0 < old <= 1 and new is not None and 0 < new <= 1:
+            return None  # vLLM refuses the value itself, on every backend: a fraction is the fix, not a size
+        # an explicit KV space says it first, then the backend
         return _utilization(direction, new, old, values) or _backend(flag, direction, value, values)
     why = _backend(flag, direction, value, values)
     if why:

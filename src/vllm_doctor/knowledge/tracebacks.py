@@ -6,7 +6,8 @@ frame, exception line and fatal line in order (Facts.traceback). These checks re
 "ready" after it, not part of a shutdown, not a request error it kept serving through) with its
 exception, message and the vLLM module and function that raised it (a traceback raised in a
 signal handler or under "Exception ignored in" is a teardown, never one); `fatal_context` says whether
-the line a rule matched was such a failure, for rules that read traceback frames.
+the line a rule matched was such a failure, for rules that read traceback frames. `hub_target`
+says what a Hub 404 is about; `log_names` writes the log's model and vLLM version as a fix uses them.
 """
 
 from __future__ import annotations
@@ -299,4 +300,26 @@ def hub_target(inp: CheckInput) -> CheckResult:
         "revision": f"revision {revision or '(unnamed)'}{where}",
         "repo": f"repo {repo}" if repo else "such repo",
     }[missing]
+    return CheckResult(out)
+
+
+# a Hugging Face repo id (org/name) and a release PyPI serves (0.7.3, 0.6.3.post1, 0.8.0rc1; not a
+# development build's 0.7.1.dev12+g1234abc nor a local version's +cpu)
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.\-]{0,95}/[A-Za-z0-9][\w.\-]{0,95}")
+_RELEASE = re.compile(r"\d+\.\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?(?:\.post\d+)?")
+
+
+@check(reads={"model", "vllm_version"}, returns={"model_repo", "model_dir", "vllm_release"})
+def log_names(inp: CheckInput) -> CheckResult:
+    """The log's names as a fix writes them: the model as a Hub repo id or as a local directory, and
+    the vLLM version when pip can install it."""
+    out: dict[str, Any] = {}
+    model = str(inp.get("model") or "").strip()
+    if model.startswith(("/", "./", "../", "~")):
+        out["model_dir"] = model.rstrip("/") or "/"
+    elif _REPO_ID.fullmatch(model) and not model.lower().endswith((".gguf", ".bin", ".safetensors", ".json")):
+        out["model_repo"] = model
+    version = str(inp.get("vllm_version") or "").strip()
+    if _RELEASE.fullmatch(version):
+        out["vllm_release"] = version
     return CheckResult(out)

@@ -10,6 +10,9 @@ from vllm_doctor.facts import KV_NEAR_FULL_PCT, StatsSeries
 from vllm_doctor.knowledge.contract import CheckInput, CheckResult, check
 
 COMMON_SEQ_CAPS = {128, 256, 512, 1024}  # --max-num-seqs defaults across versions and GPUs
+# a backlog lasts when requests wait in this many samples in a row, in this share of the samples,
+# or as many as this share of --max-num-seqs at once: not 1-2 requests in a few samples of hundreds
+LASTING_RUN, LASTING_SHARE, LASTING_OF_SEQS = 4, 0.1, 0.25
 
 
 @check(reads={"limit", "max_model_len", "prompt_tokens", "total_tokens"}, returns={"over_by", "max_tokens_allowed"})
@@ -27,9 +30,11 @@ def request_limit(inp: CheckInput) -> CheckResult:
 
 
 @check(
-    reads={"scheduling_policy", "max_num_seqs", "enable_lora", "pooling_task"},  # and the stats series (facts.stats)
+    # and the stats series (facts.stats)
+    reads={"scheduling_policy", "max_num_seqs", "enable_lora", "pooling_task", "pooling_route"},
     returns={"stats_samples", "waiting_max", "waiting_samples", "kv_usage_max_pct", "waiting_kv_max_pct",
-             "kv_near_full_pct", "preemptions", "full_run_max", "running_while_waiting_max", "queue_kind"},
+             "kv_near_full_pct", "preemptions", "full_run_max", "running_while_waiting_max", "queue_kind",
+             "pooling_served", "pooling_prompts", "pooling_idle_stats"},
 )  # fmt: skip
 def queue_kind(inp: CheckInput) -> CheckResult:
     """Why requests wait: a full KV cache, the sequence cap, a stall, or deferred (LoRA/transfer)."""
@@ -53,17 +58,49 @@ def queue_kind(inp: CheckInput) -> CheckResult:
     confidence = None
     preempted = bool(preemptions)
     policy = str(inp.get("scheduling_policy") or "")
-    if s.waiting_full or (preempted and policy != "priority"):
+    lasting = _lasting(s, inp.get("max_num_seqs"))
+    pooling = _pooling(inp, s)
+    if (s.waiting_full and lasting) or (preempted and policy != "priority"):
         out["queue_kind"] = "cache-full"
     elif preempted and policy == "priority":
         out["queue_kind"] = "priority"
-    elif inp.get("pooling_task") and s.waiting_samples and s.prompt_samples:
+    elif pooling and lasting and s.prompt_samples:
         # a pooling request ends within the step that takes it: 0 running and 0% KV at every
         # sample while prompts are processed is a server at its throughput, not a stall
         out["queue_kind"] = "pooling"
-    elif s.waiting_samples >= 2 or (s.waiting_max or 0) >= 4 or (s.samples == 1 and s.waiting_samples):
+        out["pooling_served"] = pooling
+        # the summary says what the samples show: prompts in every interval, or in how many of them
+        every = s.prompt_samples == s.samples
+        out["pooling_prompts"] = "in every interval" if every else f"in {s.prompt_samples} of {s.samples} intervals"
+        if not s.running_max and not s.kv_usage_max_pct:
+            out["pooling_idle_stats"] = "0 running, 0% KV in the stats"
+    elif lasting and (s.waiting_samples >= 2 or (s.waiting_max or 0) >= 4 or (s.samples == 1 and s.waiting_samples)):
         out["queue_kind"], confidence = _why_waiting(inp, s)
     return CheckResult(out, evidence, confidence)
+
+
+def _lasting(s: StatsSeries, max_num_seqs: Any) -> bool:
+    """Whether requests waited long enough, or enough of them, to be a backlog: in LASTING_RUN
+    samples in a row, in LASTING_SHARE of the samples, or LASTING_OF_SEQS of --max-num-seqs at once
+    (4 at least). One or two requests in one to three samples of hundreds is a moment, not a queue."""
+    if not s.waiting_samples:
+        return False
+    seqs = int(max_num_seqs) if max_num_seqs else 0
+    size = (s.waiting_max or 0) >= max(4, LASTING_OF_SEQS * seqs)
+    return s.waiting_run_max >= LASTING_RUN or s.waiting_samples >= LASTING_SHARE * s.samples or size
+
+
+def _pooling(inp: CheckInput, s: StatsSeries) -> str | None:
+    """The pooling server this is, as the summary names it: as its start said (its task), else
+    from its traffic (requests answered on /v1/embeddings, /pooling, /score, /rerank, /classify),
+    else from its stats (prompts processed, no token generated in any interval)."""
+    if inp.get("pooling_task"):
+        return f"a pooling ({inp.get('pooling_task')}) server"
+    if inp.get("pooling_route"):
+        return f"a pooling server (its clients call {inp.get('pooling_route')})"
+    if s.prompt_samples and not s.gen_samples and s.samples >= 2:
+        return "a pooling server (no token generated in any interval)"
+    return None
 
 
 def _why_waiting(inp: CheckInput, s: StatsSeries) -> tuple[str, str | None]:
@@ -77,6 +114,8 @@ def _why_waiting(inp: CheckInput, s: StatsSeries) -> tuple[str, str | None]:
         return "deferred", lone
     if s.waiting_idle == s.waiting_samples or s.idle_run >= 2:
         return "stall", lone  # nothing runs while requests wait, at least at the end
+    if s.waiting_running_max == 0:  # none shown running, but prompts processed: prefill holds them, no cap
+        return "batch-limit", lone or "medium"
     if max_seqs and running >= int(max_seqs):
         return "sequence-cap", None
     if lone:  # below a known cap: the per-step token budget; the cap unknown: the likelier, the cap

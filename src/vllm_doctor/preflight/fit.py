@@ -76,6 +76,8 @@ def _cpu_fit(ctx: Context) -> list[Finding]:
     length, length_from = max_len(ctx, shape)
     q.max_model_len = length
     answer = start.ask(q)
+    if not answer.fixable:  # refused before any cache is sized: never a fit (tp_shape names it)
+        raise CannotRun(f"the start is refused before the cache is sized: {answer.reason}")
     lay, cache = answer.layout, answer.budget or 0
     element, kv_dtype = _element(ctx, shape)
     bpt = cap.kv_bytes_per_token(shape, element, ctx.args.tp)

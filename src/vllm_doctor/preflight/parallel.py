@@ -45,6 +45,8 @@ def tp_shape(ctx: Context) -> list[Finding]:
     elif vocab and _padded(vocab) % tp:
         numbers["padded_vocab"] = _padded(vocab)
         out.append(found("check-tp-vocab", numbers, **words))
+    elif heads and kv and not shape.use_mla and heads % kv:  # (after the split's own checks, as LlamaAttention
+        out.append(found("check-heads-not-multiple-of-kv-heads", numbers))  # asserts them first): no TP groups them
     if pp > shape.layers:
         out.append(found("check-pp-layers", {"pp": pp, "layers": shape.layers}))
     return out

@@ -10,7 +10,7 @@ from typing import Any
 from vllm_doctor.data import Diagnosis, FixOut, Report
 from vllm_doctor.errors import DoctorError
 from vllm_doctor.preflight.args import ServeArgs
-from vllm_doctor.preflight.checks import BY_NAME, CHECKS
+from vllm_doctor.preflight.checks import AREAS, BY_NAME, CHECKS
 from vllm_doctor.preflight.context import Context
 from vllm_doctor.preflight.finding import CannotRun, Finding, rules
 from vllm_doctor.render.redact import MASK, is_secret_name
@@ -75,6 +75,25 @@ def headline(outcome: Outcome) -> str:
     return "ready to start: no blocker found"
 
 
+def areas(outcome: Outcome) -> list[dict[str, Any]]:
+    """The checks run or tried, by area in AREAS' order: each one passed (an info finding is a pass),
+    its worst finding's severity, or skipped (it could not run). Text draws a line per area."""
+    worst: dict[str, str] = {}
+    for f in outcome.findings:  # sorted: the first finding of a check is its worst
+        worst.setdefault(f.check, f.severity)
+    by_area: dict[str, list[dict[str, str]]] = {}
+    for c in CHECKS:
+        if c.name in outcome.skipped:
+            state = "skipped"
+        elif c.name in outcome.ran:
+            state = worst.get(c.name, "passed").replace("info", "passed")
+        else:
+            continue  # not asked (--only)
+        by_area.setdefault(c.area, []).append({"check": c.name, "state": state})
+    order = [*AREAS.values(), "other"]
+    return [{"area": a, "checks": by_area[a]} for a in sorted(by_area, key=order.index)]
+
+
 def _diagnosis(f: Finding) -> Diagnosis:
     fixes = [FixOut(i, x.action, x.flag, x.value, x.why) for i, x in enumerate(f.fixes, 1)]
     rule = rules().get(f.rule)  # `vllm-doctor rules show ID` documents it
@@ -90,6 +109,7 @@ def report(args: ServeArgs, outcome: Outcome, ctx: Context | None = None) -> Rep
         "env": {k: MASK if is_secret_name(k) else v for k, v in args.env.items()},
         "headline": headline(outcome),
         "input": f"preflight of {args.command}" + (f" · backend {ctx.backend}" if ctx and ctx.backend else ""),
+        "vllm": ctx.vllm_answer.said if ctx is not None and ctx.__dict__.get("vllm_answer") is not None else None,
         "ran": outcome.ran,
         "skipped": outcome.skipped,
     }
@@ -98,11 +118,14 @@ def report(args: ServeArgs, outcome: Outcome, ctx: Context | None = None) -> Rep
         facts["gpu"] = ctx.snapshot.to_json()
     warnings = [f"check {name} could not run: {why}" for name, why in outcome.skipped.items()]
     return Report(paths=[args.command], lines=0, status=status(outcome),
-                  diagnoses=[_diagnosis(f) for f in outcome.findings], facts=facts, warnings=warnings)  # fmt: skip
+                  diagnoses=[_diagnosis(f) for f in outcome.findings], facts=facts, warnings=warnings,
+                  areas=areas(outcome))  # fmt: skip
 
 
 def preflight(args: ServeArgs, nvml: Any = None, only: list[str] | None = None, offline: bool = False,
-              no_gpu: bool = False, backend: str | None = None) -> Report:  # fmt: skip
-    """The whole check of one start, as a Report."""
-    ctx = Context(args, nvml=nvml, offline=offline, no_gpu=no_gpu, backend=backend)
+              no_gpu: bool = False, backend: str | None = None, ask_vllm: bool = False,
+              vllm_bin: str | None = None) -> Report:  # fmt: skip
+    """The whole check of one start, as a Report (ask_vllm: vLLM itself answers where installed)."""
+    ctx = Context(args, nvml=nvml, offline=offline, no_gpu=no_gpu, backend=backend, ask_vllm=ask_vllm,
+                  vllm_bin=vllm_bin)  # fmt: skip
     return report(args, run(ctx, only), ctx)

@@ -2,7 +2,8 @@
 
 The verdict line first, then per diagnosis: its title, the one-sentence summary with the
 numbers, the fixes in order (and the corrected command when there is one), then the evidence,
-each line cut at the width with "…". Everything is wrapped to the console's width (rich's, which
+each line cut at the width with "…"; `check`'s report then a line per area of its checks
+(checkscreen.py). Everything is wrapped to the console's width (rich's, which
 honours COLUMNS), between words. Verbosity: -1 (-q) the verdict line only; 0 the answer (the
 first fix's reason, two evidence lines, each message once); 1 (-v) every reason, every evidence
 line in full, every number with its meaning and unit, the model's shape, the capacity
@@ -29,7 +30,7 @@ import textwrap
 from typing import IO, Any
 
 from vllm_doctor.data import Diagnosis, Report
-from vllm_doctor.render import bars
+from vllm_doctor.render import bars, checkscreen
 from vllm_doctor.render.numbers import described
 from vllm_doctor.render.summary import (
     capacity_line,
@@ -174,8 +175,10 @@ class _Screen:
         context = "context" not in self.drop
         if context:
             self.say(describe_input(report), "dim")
+        shown_below = checkscreen.folded(report)  # check: its could-not-run notes, one line after the areas
         for w in report.warnings:
-            self.say(w, indent=2, head="note:", head_style="yellow", lead=0, gap=1)
+            if w not in shown_below:
+                self.say(w, indent=2, head="note:", head_style="yellow", lead=0, gap=1)
         for t in timeline(report):
             if "timeline" in self.drop:
                 self.cut(t, "bold", 2, "", "")
@@ -195,6 +198,7 @@ class _Screen:
             self.blank()
             self.say(cap, indent=2, head="Capacity", head_style="bold", lead=0, gap=2)
         self.also(report)
+        checkscreen.show(self, report)  # check: a line per area, what could not run
         if self.verbose:
             self.work(report)
         else:
