@@ -23,8 +23,12 @@ from vllm_doctor.serveargs import parse_args
         ),
         (
             "Namespace(host=None, port=8000, model='meta-llama/Llama-2-7b-chat-hf', tensor_parallel_size=1, max_model_len=None, gpu_memory_utilization=0.9)",
-            {"port": 8000, "model": "meta-llama/Llama-2-7b-chat-hf", "tensor_parallel_size": 1,
-             "gpu_memory_utilization": 0.9},  # fmt: skip
+            {
+                "port": 8000,
+                "model": "meta-llama/Llama-2-7b-chat-hf",
+                "tensor_parallel_size": 1,
+                "gpu_memory_utilization": 0.9,
+            },  # fmt: skip
             False,
         ),
         (

@@ -82,7 +82,7 @@ def _root(
         bool, typer.Option("--version", is_eager=True, callback=show_version, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    """The commands: explain, watch, check, serve, plan, alerts, rules."""
+    """The commands: explain, watch, check, serve, plan, alerts, rules, mcp."""
 
 
 app.command(cls=Command, context_settings=start.VLLM_ARGS)(start.check)
@@ -384,6 +384,29 @@ def alerts(
             write(rules.render(fmt, thresholds, namespace, scope), path, "alerting rules")
     except DoctorError as e:
         fail(str(e))
+
+
+@app.command("mcp", cls=Command)
+def mcp_server(
+    roots: Annotated[
+        list[str],
+        typer.Option("--root", metavar="DIR", help="A directory the tools may read under (repeatable; default: .)."),
+    ] = [],  # noqa: B006
+    allow_url: Annotated[
+        list[str],
+        typer.Option("--allow-url", metavar="PREFIX", help="URLs the metrics tool may fetch (default: none)."),
+    ] = [],  # noqa: B006
+    http: Annotated[bool, typer.Option("--http", help="Streamable HTTP instead of stdio.")] = False,
+    host: Annotated[str, typer.Option("--host", metavar="ADDR", help="--http: the address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="--http: the port.")] = 8000,
+) -> None:
+    """Serve the diagnosis to agents over the Model Context Protocol (stdio, or --http): explain, check,
+    plan, rules and metrics as tools, read-only, files only under --root, redaction always on."""
+    try:
+        from vllm_doctor.mcp.server import run
+    except ImportError as e:
+        fail(f"mcp: the MCP SDK is not installed ({e.name}): pip install 'vllm-log-doctor[mcp]'")
+    run(list(roots), list(allow_url), http, host, port)
 
 
 def main() -> None:
