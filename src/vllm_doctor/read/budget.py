@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Budget:
-    """A time limit on reading (serve's exit diagnosis inside a pod's grace period): once `jump`
-    (time.monotonic()) has passed and LEAST_HEAD bytes are read, a file jumps to the tail it can
-    read by `until` at the pace so far (at least LEAST_TAIL): the start and the end of a failure
-    are read, the middle's lines counted, not read, and a warning says so (Source.jump)."""
+    """Once `jump` (time.monotonic()) has passed and LEAST_HEAD bytes are read, a file jumps to the
+    tail it can read by `until` at the pace so far (at least LEAST_TAIL): the start and the end of
+    a failure are read, the middle's lines counted, not read, and a warning says so (Source.jump)."""
 
     jump: float
     until: float

@@ -43,17 +43,16 @@ class Family:
     finder: Any = None  # a hyperscan database of its anchors (_holds), made on first use; False: none
     spots: Any = None  # the same reporting every occurrence (_occurrences)
 
-    fast: dict[bytes, re.Pattern[bytes]] = field(default_factory=dict)  # a region's literal lead -> its form (_lead)
+    fast: dict[bytes, re.Pattern[bytes]] = field(default_factory=dict)  # a literal lead -> its form (lead_form)
     missed: int = 0  # regions to go before the literal lead is tried again (_split)
 
     @cached_property
     def forms(self) -> tuple[re.Pattern[bytes], re.Pattern[bytes], re.Pattern[bytes], bytes, bytes]:
         return compile_form(self.text)
 
+    # the newline before a whole line, the line as its first group, then its groups (compile_form)
     @property
-    def form(
-        self,
-    ) -> re.Pattern[bytes]:  # the newline before a whole line, the line as its first group, then its groups
+    def form(self) -> re.Pattern[bytes]:
         return self.forms[0]
 
     @property
@@ -138,9 +137,8 @@ class Found:
 
     starts: list[int]  # where each line starts in the buffer
     lines: list[bytes]
-    groups: dict[
-        str, Sequence[Any]
-    ]  # per group of the rule, its value (bytes) in each line, None where it took no part
+    # per group of the rule, its value (bytes) in each line, None where it took no part
+    groups: dict[str, Sequence[Any]]
     rest: bytes  # the region without them (their newlines stay): what may still hold the family's anchors
     keys: list[tuple]  # each line's run key: (container, process) where the line names them, else None
     timed: bool  # a line has a collector's stamp: a time
@@ -206,7 +204,7 @@ def _split(region: bytes, lo: int, f: Family) -> Found:
     text before a line, the line, its groups' values, in turn (no match object, no Python step a
     line); where each line starts, from the lengths of the texts and lines before it (and the
     newline before each, which the form takes). Where the region's lines share one literal lead
-    (most serving logs: one API server, its lines alike), by that lead first (_lead)."""
+    (most serving logs: one API server, its lines alike), by that lead first (lead_form)."""
     fast = lead_form(region, f.forms, f.line, f.anchors, f.fast) if f.missed <= 0 else None
     f.missed -= 1
     if fast is not None:
