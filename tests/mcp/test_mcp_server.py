@@ -92,6 +92,10 @@ async def explain_and_the_rest() -> None:
         verdict, shown = answer(await s.call_tool("rules", {"rule_id": "kv-cache-too-small-for-max-len"}))
         assert "kv-cache-too-small-for-max-len" in shown["doc"]
         refused(await s.call_tool("rules", {"rule_id": "no-such-rule"}))
+        templates = (await s.list_resource_templates()).resource_templates
+        assert [t.uri_template for t in templates] == ["rule://{rule_id}"]  # each rule's documentation
+        read = await s.read_resource("rule://kv-cache-too-small-for-max-len")
+        assert read.contents[0].text == shown["doc"]
         refused(await s.call_tool("metrics", {"sources": ["http://127.0.0.1:1/metrics"]}))  # no --allow-url
         scrapes = [f"fixtures/lab/queue-saturation.metrics-{i}.txt" for i in range(12)]
         verdict, doc = answer(await s.call_tool("metrics", {"sources": scrapes}))

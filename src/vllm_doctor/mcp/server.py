@@ -152,6 +152,11 @@ def build(guard: Guard) -> MCPServer:
     def rules(rule_id: str | None = None) -> CallToolResult:
         return _answer(lambda: tools.rules(rule_id))
 
+    @server.resource("rule://{rule_id}", name="rule", mime_type="text/markdown",
+                     description="A rule's documentation (an id or a category from a report), as `rules show` prints it.")  # fmt: skip
+    def rule_doc(rule_id: str) -> str:
+        return tools.rule_doc(rule_id)
+
     @server.tool(
         name="metrics", description=METRICS, annotations=READ_ONLY.model_copy(update={"open_world_hint": True})
     )

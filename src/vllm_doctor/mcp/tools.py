@@ -84,19 +84,26 @@ def plan(guard: Guard, config: str | None = None, **shape: Any) -> Answer:
     return f"plan {'fits' if result.fits else 'does not fit'}", plan_json(result)
 
 
-def rules(rule_id: str | None = None) -> Answer:
-    """`vllm-doctor rules` (every rule) or `vllm-doctor rules show ID|CATEGORY`."""
+def rule_doc(rule_id: str) -> str:
+    """`vllm-doctor rules show ID|CATEGORY`: the rule's documentation (the tool's, and a resource's)."""
     from vllm_doctor.knowledge.checks import CHECKS
     from vllm_doctor.knowledge.rulebook import load
     from vllm_doctor.matching.ruledoc import show
 
     every = load()
+    if rule_id not in {r.id for r in every} | {r.category for r in every if r.category}:
+        raise Refused(f"No rule or category is named {rule_id!r}; call rules without an id to list them.")
+    return show(every, rule_id, CHECKS)
+
+
+def rules(rule_id: str | None = None) -> Answer:
+    """`vllm-doctor rules` (every rule) or `vllm-doctor rules show ID|CATEGORY`."""
+    from vllm_doctor.knowledge.rulebook import load
+
     if rule_id:
-        known = {r.id for r in every} | {r.category for r in every if r.category}
-        if rule_id not in known:
-            raise Refused(f"No rule or category is named {rule_id!r}; call rules without an id to list them.")
-        doc = show(every, rule_id, CHECKS)
+        doc = rule_doc(rule_id)
         return f"{rule_id}: {doc.splitlines()[0] if doc else ''}", json.dumps({"id": rule_id, "doc": doc}, indent=2)
+    every = load()
     listed = [{"id": r.id, "kind": r.kind, "category": r.category, "severity": r.severity, "title": r.title}
               for r in sorted(every, key=lambda r: (r.kind, r.category or "", r.id))]  # fmt: skip
     return f"{len(listed)} rules", json.dumps(listed, indent=2)
