@@ -83,12 +83,29 @@ def test_exit_status_is_the_childs(tmp_path, fake_bin, recording, end, status, r
     if reported:
         assert {p.name for p in dirs[0].iterdir()} - PICTURES == REPORT_FILES
         lines = [ln for ln in err.decode().splitlines() if ln.startswith("vllm-doctor:")]
-        assert len(lines) == 1 and "incident report in" in lines[0] and str(dirs[0].name) in lines[0]
+        assert "incident report in" in lines[-1] and str(dirs[0].name) in lines[-1]
+        assert all("incident report in" not in ln for ln in lines[:-1])  # the one line, last
         data = conforms((dirs[0] / "report.json").read_text(), "serve-report-1")
         assert data["serve"]["exit_status"] == status
         assert data["serve"]["bad_exit"] is True
     else:
         assert b"vllm-doctor" not in err  # nothing after a clean exit
+
+
+def test_a_bad_exit_ends_with_the_answer_on_the_console(tmp_path, fake_bin):
+    """Issue 40: after a bad exit stderr gets explain's first screen (the verdict, the cause, the
+    fixes, the corrected command), then the one line saying where the report is; with -q, the
+    one line only. What `kubectl logs --previous` shows the paged operator."""
+    rc, _, err = run_serve(tmp_path, fake_bin, FAKE_REPLAY=LAB / "cache-oom.log", FAKE_END="exit:1")
+    text = err.decode()
+    assert rc == 1 and "BLOCKER  The KV cache cannot hold one sequence of --max-model-len" in text
+    assert "Fixes, in order" in text and "Corrected command (fix 1 applied: --max-model-len 8064)" in text
+    tail = text.rstrip("\n").splitlines()
+    assert tail[-2] == "(all of it: report.md in the incident report below)" and "incident report in" in tail[-1]
+    rc, _, err = run_serve(tmp_path, fake_bin, "-q", FAKE_REPLAY=LAB / "cache-oom.log", FAKE_END="exit:1")
+    assert rc == 1 and [ln for ln in err.decode().splitlines() if "vllm-doctor" in ln or "BLOCKER" in ln] == [
+        err.decode().strip().splitlines()[-1]
+    ]
 
 
 def test_failed_start_report_names_the_category(tmp_path, fake_bin):

@@ -155,6 +155,9 @@ def serve(
     no_watch: Annotated[
         bool, typer.Option("--no-watch", help="Do not watch the stats lines while the server runs.")
     ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="After a bad exit, one line (not the diagnosis' first screen).")
+    ] = False,
     termination_log: TerminationLogOpt = None,
     no_redact: NoRedactOpt = False,
     rules_dirs: RulesDirs = [],  # noqa: B006
@@ -185,6 +188,7 @@ def serve(
             grace=grace,
             reap_wait=reap_wait,
             diagnose_timeout=diagnose_timeout,
+            quiet=quiet,
             watch=not no_watch,
             watch_samples=watch_samples,
             redact=not no_redact,

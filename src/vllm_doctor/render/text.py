@@ -82,8 +82,10 @@ def render(report: Report, redact: bool = True, verbosity: int = 0) -> str:
     return buf.getvalue()
 
 
-def show(report: Report, file: IO[str] | None = None, redact: bool = True, verbosity: int = 0) -> None:
-    """Print the report to a terminal (or `file`), in colour where the terminal takes it."""
+def show(report: Report, file: IO[str] | None = None, redact: bool = True, verbosity: int = 0,
+         more: str | None = None) -> None:  # fmt: skip
+    """Print the report to a terminal (or `file`), in colour where the terminal takes it; `more`:
+    the last line's pointer to the rest (serve's: the incident report), for -v's."""
     from rich.console import Console
 
     if redact:
@@ -98,10 +100,10 @@ def show(report: Report, file: IO[str] | None = None, redact: bool = True, verbo
         for n in range(len(DROPS) + 1):  # the last step is printed even when it does not fit
             drop = DROPS[:n]
             with console.capture() as drawn:
-                _Screen(console, verbosity, drop).report(report)
+                _Screen(console, verbosity, drop, more).report(report)
             if drawn.get().count("\n") <= room:
                 break
-    _Screen(console, verbosity, drop).report(report)
+    _Screen(console, verbosity, drop, more).report(report)
 
 
 def _tty(console: Any) -> bool:
@@ -115,8 +117,9 @@ def _tty(console: Any) -> bool:
 class _Screen:
     """Prints wrapped paragraphs: a styled head, then text wrapped under a hanging indent."""
 
-    def __init__(self, console: Any, verbosity: int, drop: tuple[str, ...] = ()):
+    def __init__(self, console: Any, verbosity: int, drop: tuple[str, ...] = (), more: str | None = None):
         self.console = console
+        self.more = more  # the last line's pointer to the rest, for -v's
         self.drop = frozenset(drop)  # the parts of DROPS given up to fit the terminal's height
         self.pictures = "pictures" not in self.drop  # the memory bar and sparklines (render/bars.py)
         self.width = max(console.width, 20)
@@ -249,7 +252,9 @@ class _Screen:
                 self.blank()
                 for g in gpu_lines(gpu):
                     self.say(g, "dim", indent=2, lead=0)
-        if self.drop:  # cut to fit the terminal: the last line says where the rest is
+        if self.more and (self.drop or ours or self.hidden or model_line(report) or work_rows(report) or gpu):
+            self.say(self.more, "dim")
+        elif self.drop:  # cut to fit the terminal: the last line says where the rest is
             self.say(SHORTENED, "dim")
         elif ours:
             self.say("(-v: every reason, number and evidence line, and the model)", "dim")

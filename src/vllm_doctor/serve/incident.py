@@ -102,7 +102,23 @@ def finish(w: Run) -> None:
         where += f" without {', '.join(missing)}" + (
             f"; raw output in {w.capture_path}" if "server.log" in missing else ""
         )
+    if report is not None and report.status in ("failed", "degraded") and not opts.quiet:
+        _answer(opts, report)
     say(opts, f"vllm-doctor: {what}; {where}")
+
+
+def _answer(opts: ServeOptions, report) -> None:
+    """explain's first screen on stderr (the cause, the first fix, the corrected command), fitted to
+    the terminal as explain's is: what `kubectl logs --previous` and the paged operator read first.
+    A closed or failing stderr loses only this."""
+    from vllm_doctor.render.text import show
+
+    try:
+        with open(opts.stderr_fd, "w", encoding="utf-8", errors="replace", closefd=False) as err:
+            err.write("\n")
+            show(report, file=err, redact=opts.redact, more="(all of it: report.md in the incident report below)")
+    except (OSError, ValueError):
+        pass
 
 
 def _report_dir(opts: ServeOptions) -> Path:

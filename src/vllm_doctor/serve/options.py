@@ -24,6 +24,7 @@ class ServeOptions:
     grace: float = 30.0  # seconds after the first forwarded signal before SIGKILL
     reap_wait: float = 15.0  # seconds vLLM's other processes get to exit after the main one
     diagnose_timeout: float = 20.0  # seconds for the exit diagnosis and report: inside a pod's 30 s grace period
+    quiet: bool = False  # after a bad exit, the one line only (not explain's first screen)
     watch: bool = True
     watch_samples: int = 3  # consecutive stats samples waiting with a near-full KV cache
     redact: bool = True
