@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from vllm_doctor.preflight import fit, gpunow, host, model, oracle, parallel
 from vllm_doctor.preflight.context import Context
-from vllm_doctor.preflight.finding import CannotRun, Finding
+from vllm_doctor.preflight.finding import Finding
 
 # the area a check belongs to, by the module of its function: check's text screen says a line per area
-AREAS = {"checks": "vLLM", "model": "model", "parallel": "parallel", "fit": "fit", "gpunow": "GPUs", "host": "host"}
+AREAS = {"oracle": "vLLM", "model": "model", "parallel": "parallel", "fit": "fit", "gpunow": "GPUs", "host": "host"}
 
 
 @dataclass(frozen=True)
@@ -25,19 +25,8 @@ class Check:
         return AREAS.get(self.run.__module__.rsplit(".", 1)[-1], "other")
 
 
-def vllm_config(ctx: Context) -> list[Finding]:
-    """vLLM's own parser and config construction, where vLLM is installed (preflight/oracle.py)."""
-    answer = ctx.vllm_answer
-    if answer is None:
-        raise CannotRun("vLLM is not installed here (no `vllm` on PATH, none importable): the checks below answer alone"
-                        if ctx.ask_vllm else "not asked (--no-ask-vllm, or serve's preflight: vLLM answers at its start)")  # fmt: skip
-    if answer.failed:
-        raise CannotRun(answer.said)
-    return oracle.findings(answer)
-
-
 CHECKS = [
-    Check("vllm_config", "vLLM's own parser and config check, where vLLM is installed (no weights, no device memory)", vllm_config),
+    Check("vllm_config", "vLLM's own parser and config check, where vLLM is installed (no weights, no device memory)", oracle.vllm_config),
     Check("model_config", "config.json reachable: local directory, HF cache or the Hub (offline-aware)", model.model_config),
     Check("hf_token", "a Hugging Face token for Hub models (gated and private repos need one)", model.token),
     Check("remote_code", "--trust-remote-code where config.json maps its own code (auto_map)", model.remote_code),

@@ -19,13 +19,17 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vllm_doctor.preflight.context import Context
+    from vllm_doctor.preflight.finding import Finding
 
 MARK = "@@vllm-doctor-oracle@@"
 TIMEOUT = 90.0  # seconds: vLLM's import (5-15 s) and its config construction, with room for a busy host
 # what the subprocess runs: vLLM's CLI with `serve`'s command replaced by the config construction
 SCRIPT = r"""
-import json, os, sys, time
-t0 = time.time()
+import json, os, sys
 out = {"ok": False}
 try:
     import vllm
@@ -42,9 +46,8 @@ try:
         from vllm.usage.usage_lib import UsageContext
         if getattr(args, "model_tag", None) is not None:
             args.model = args.model_tag
-        config = AsyncEngineArgs.from_cli_args(args).create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
-        out.update(ok=True, max_model_len=config.model_config.max_model_len,
-                   block_size=config.cache_config.block_size)
+        AsyncEngineArgs.from_cli_args(args).create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+        out["ok"] = True
 
     cli_serve.ServeSubcommand.cmd = staticmethod(construct)
     sys.argv = ["vllm", "serve", *json.loads(sys.argv[1])]
@@ -61,7 +64,6 @@ try:
     out["device"] = str(current_platform.device_type)
 except BaseException:
     pass
-out["seconds"] = round(time.time() - t0, 1)
 sys.stdout.write("\n" + MARK + json.dumps(out) + "\n")
 """.replace("MARK", repr(MARK))
 
@@ -76,10 +78,7 @@ class Answer:
     device: str | None = None  # vLLM's current_platform.device_type: cpu, cuda, rocm, ...
     exc_type: str | None = None  # the refusal's exception; "usage" for argparse's
     message: str | None = None
-    max_model_len: int | None = None
-    block_size: int | None = None
     site: str | None = None  # where its package is: its files are read as text (the model registry)
-    seconds: float | None = None
     failed: str | None = None  # no answer: why (timeout, a crash, vLLM not importable)
 
     @property
@@ -128,8 +127,7 @@ def ask(argv: list[str], python: str, offline: bool = False, timeout: float = TI
         return Answer(python, False, failed=f"vLLM's Python ended without an answer: {tail[0][:300]}")
     data = json.loads(line[len(MARK) :])
     answer = Answer(python, bool(data.get("ok")), data.get("version"), data.get("device"), data.get("exc_type"),
-                    data.get("message"), data.get("max_model_len"), data.get("block_size"), data.get("site"),
-                    data.get("seconds"), data.get("failed"))  # fmt: skip
+                    data.get("message"), data.get("site"), data.get("failed"))  # fmt: skip
     if "exit" in data and not answer.ok:  # argparse: "vllm serve: error: argument --dtype: invalid choice: ..."
         errors = [x for x in p.stderr.decode("utf-8", "replace").splitlines() if ": error: " in x]
         answer.exc_type = "usage"
@@ -137,7 +135,20 @@ def ask(argv: list[str], python: str, offline: bool = False, timeout: float = TI
     return answer
 
 
-def findings(answer: Answer) -> list:
+def vllm_config(ctx: Context) -> list[Finding]:
+    """The check: vLLM's own parser and config construction, where vLLM is installed and asked."""
+    from vllm_doctor.preflight.finding import CannotRun
+
+    answer = ctx.vllm_answer
+    if answer is None:
+        raise CannotRun("vLLM is not installed here (no `vllm` on PATH, none importable): the checks below answer alone"
+                        if ctx.ask_vllm else "not asked (--no-ask-vllm, or serve's preflight: vLLM answers at its start)")  # fmt: skip
+    if answer.failed:
+        raise CannotRun(answer.said)
+    return findings(answer)
+
+
+def findings(answer: Answer) -> list[Finding]:
     """vLLM's refusal as the start's first blocker: named as explain names the same message at the
     end of a failed start (a hand rule, else the atlas), its fixes with it; argparse's refusal as
     the argument it names. None where vLLM accepts the command."""
@@ -146,13 +157,11 @@ def findings(answer: Answer) -> list:
     if answer.ok or answer.failed or not answer.message:
         return []
     message = " ".join(answer.message.split())
+    who = {"vllm": f"vLLM {answer.version or ''}".strip()}
     if answer.exc_type == "usage":
-        return [
-            found("check-vllm-refuses-arguments", {"vllm": f"vLLM {answer.version or ''}".strip()}, message=message)
-        ]
+        return [found("check-vllm-refuses-arguments", who, message=message)]
     top = _explained(answer)
-    base = found("check-vllm-refuses", {"vllm": f"vLLM {answer.version or ''}".strip()}, message=message,
-                 exc_type=answer.exc_type or "error")  # fmt: skip
+    base = found("check-vllm-refuses", who, message=message, exc_type=answer.exc_type or "error")
     if top is None:
         return [base]
     fixes = [Fix(f.action, f.why, f.flag, f.value) for f in top.fixes] or base.fixes

@@ -75,9 +75,13 @@ def headline(outcome: Outcome) -> str:
     return "ready to start: no blocker found"
 
 
+STATES = ("blocker", "warning", "passed", "skipped")  # the worst first: it marks an area
+
+
 def areas(outcome: Outcome) -> list[dict[str, Any]]:
     """The checks run or tried, by area in AREAS' order: each one passed (an info finding is a pass),
-    its worst finding's severity, or skipped (it could not run). Text draws a line per area."""
+    its worst finding's severity, or skipped (it could not run); the area's state, the worst of
+    them (skipped where the fit could not run: it decides a start). Text draws a line per area."""
     worst: dict[str, str] = {}
     for f in outcome.findings:  # sorted: the first finding of a check is its worst
         worst.setdefault(f.check, f.severity)
@@ -91,7 +95,14 @@ def areas(outcome: Outcome) -> list[dict[str, Any]]:
             continue  # not asked (--only)
         by_area.setdefault(c.area, []).append({"check": c.name, "state": state})
     order = [*AREAS.values(), "other"]
-    return [{"area": a, "checks": by_area[a]} for a in sorted(by_area, key=order.index)]
+    return [{"area": a, "state": _state(by_area[a]), "checks": by_area[a]} for a in sorted(by_area, key=order.index)]
+
+
+def _state(checks: list[dict[str, str]]) -> str:
+    worst = next(s for s in STATES if any(c["state"] == s for c in checks))
+    if worst == "passed" and any(c["check"] == DECIDING and c["state"] == "skipped" for c in checks):
+        return "skipped"  # what passed beside the fit does not make its area a pass
+    return worst
 
 
 def _diagnosis(f: Finding) -> Diagnosis:

@@ -11,9 +11,7 @@ from typing import Any
 
 from vllm_doctor.data import Report
 
-DECIDING = "fit"  # (preflight/run.py's: without it a start is unknown)
-
-# state -> (mark, ASCII mark, style); the worst state of an area's checks marks its line
+# an area's state (preflight/run.py: the worst of its checks') -> (mark, ASCII mark, style)
 MARKS = {
     "blocker": ("✗", "x", "bold red"),
     "warning": ("!", "!", "bold yellow"),
@@ -47,18 +45,14 @@ def mark(state: str, ascii_only: bool) -> tuple[str, str]:
     return (letters if ascii_only else glyph), style
 
 
-def area_line(checks: list[dict[str, str]]) -> tuple[str, str]:
-    """(the area's worst state, what each of its checks did: "warning: tokenizer; passed: shm; could not run: disk")."""
-    states = [c["state"] for c in checks]
-    worst = next(s for s in MARKS if s in states)
-    if worst == "passed" and any(c["check"] == DECIDING and c["state"] == "skipped" for c in checks):
-        worst = "skipped"  # the fit decides a start: what passed beside it does not make the area ✓
+def area_line(checks: list[dict[str, str]]) -> str:
+    """What each of an area's checks did: "warning: tokenizer; passed: shm; could not run: disk"."""
     parts = []
     for state, word in WORDS.items():
         names = [c["check"] for c in checks if c["state"] == state]
         if names:
             parts.append(f"{word}: {', '.join(names)}")
-    return worst, "; ".join(parts)
+    return "; ".join(parts)
 
 
 def show(screen: Any, report: Report) -> None:
@@ -70,8 +64,8 @@ def show(screen: Any, report: Report) -> None:
     screen.blank()
     screen.say("Checks", "bold")
     for area in report.areas:
-        state, body = area_line(area["checks"])
-        glyph, style = mark(state, ascii_only)
+        body = area_line(area["checks"])
+        glyph, style = mark(area["state"], ascii_only)
         head = f"{glyph:<{width}} "
         screen.say(f"{area['area']:<{AREA_WIDTH}}  {body}", indent=2 + len(head) + AREA_WIDTH + 2,
                    head=head, head_style=style, lead=2)  # fmt: skip

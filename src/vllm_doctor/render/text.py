@@ -252,14 +252,16 @@ class _Screen:
                 self.blank()
                 for g in gpu_lines(gpu):
                     self.say(g, "dim", indent=2, lead=0)
-        if self.more and (self.drop or ours or self.hidden or model_line(report) or work_rows(report) or gpu):
-            self.say(self.more, "dim")
-        elif self.drop:  # cut to fit the terminal: the last line says where the rest is
-            self.say(SHORTENED, "dim")
+        if self.drop:  # cut to fit the terminal: the last line says where the rest is
+            hint: str | None = SHORTENED
         elif ours:
-            self.say("(-v: every reason, number and evidence line, and the model)", "dim")
+            hint = "(-v: every reason, number and evidence line, and the model)"
         elif self.hidden or model_line(report) or work_rows(report) or gpu:
-            self.say("(-v: every reason, number and evidence line, the model and the GPUs)", "dim")
+            hint = "(-v: every reason, number and evidence line, the model and the GPUs)"
+        else:
+            hint = None
+        if hint:
+            self.say(self.more or hint, "dim")
 
     def diagnosis(self, d: Diagnosis, report: Report, command: tuple[str, str] | None, first: bool) -> None:
         if d.severity == "info" and not self.verbose and not d.fixes and not command:
