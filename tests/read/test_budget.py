@@ -1,4 +1,4 @@
-"""Issue 37: serve's exit diagnosis inside a pod's grace period. A read with a budget (logread.Budget)
+"""Issue 37: serve's exit diagnosis inside a pod's grace period. A read with a budget (read/budget.py)
 that runs out jumps from the start of a large file to its tail: the failure at the end is found,
 every line keeps its number (the middle's newlines are counted, not read), and a warning says
 which lines were not read. A pipe cannot jump, and a file no larger than its tail is read whole."""

@@ -17,6 +17,7 @@ class Budget:
     until: float
     seconds: float  # the whole limit, as the warning names it
     began: float = field(default_factory=time.monotonic)
+    jumped: bool = False  # the middle of a file was not read (said in a warning)
 
     @classmethod
     def within(cls, seconds: float, reading: float = 0.4, tail: float = 0.3) -> Budget:

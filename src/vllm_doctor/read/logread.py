@@ -23,7 +23,7 @@ from vllm_doctor.read.candidates import ContextLine
 from vllm_doctor.read.prefilter import Prefilter
 from vllm_doctor.read.source import Holes, ReadError, Source, open_input
 
-__all__ = ["ReadError", "ReadStats", "Budget", "read", "holds_any", "ChunkLines", "Bulk"]
+__all__ = ["ReadError", "ReadStats", "read", "holds_any", "ChunkLines", "Bulk"]
 
 BLOCK = 16 << 20  # bytes read at a time
 REGION = 1 << 20  # bytes of whole lines scanned and selected at a time (bounds the hits held at once)
@@ -164,6 +164,7 @@ def _jump(src: Source, budget: Budget, buf: bytearray, lo: int, cut: int, end: i
     head = at - (end - lo)
     stats.warnings.append(budget.said(src.name, base + 1, base + skipped, head, goes_on - head, src.size() - goes_on))
     stats.bytes += goes_on - at
+    budget.jumped = True
     return skipped
 
 

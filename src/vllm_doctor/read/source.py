@@ -195,7 +195,7 @@ class Source:
 
     def jump(self, keep: int) -> tuple[int, int, int] | None:
         """Past the middle of a regular file to about its last `keep` bytes, from a line's start
-        (logread.Budget: a diagnosis with a deadline): (where the bytes read so far end, where
+        (read/budget.py: a diagnosis with a deadline): (where the bytes read so far end, where
         reading goes on, the newlines between: counted, in C, so that lines keep their numbers).
         None where it cannot (gzip, a pipe, CR line ends) or less than twice `keep` is left."""
         if self.done or self.head or self.cr_only or isinstance(self.stream, gzip.GzipFile):

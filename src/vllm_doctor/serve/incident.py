@@ -30,7 +30,7 @@ def say(opts: ServeOptions, line: str) -> None:
 
 def finish(w: Run) -> None:
     """The diagnosis and the report within --diagnose-timeout: the capture read within 70 % of it
-    (its start and end where it is too large: logread.Budget), server.log copied within 90 %."""
+    (its start and end where it is too large: read/budget.py), server.log copied within 90 %."""
     from vllm_doctor.read.budget import Budget
 
     opts, o = w.opts, w.outcome
@@ -91,7 +91,7 @@ def finish(w: Run) -> None:
         from vllm_doctor.render.summary import headline
 
         what = headline(report)
-        if any("serve --diagnose-timeout" in x for x in report.warnings):
+        if budget.jumped:
             what += f" (read within --diagnose-timeout {opts.diagnose_timeout:g} s: the middle of the output was not)"
     elif report is not None:
         what = f"{o.bad_reasons[0] if o.bad_reasons else 'clean exit'}; no cause found in the output"
